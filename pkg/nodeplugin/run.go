@@ -1,0 +1,163 @@
+package nodeplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/accel-dra/accel-dra/pkg/backend"
+	"github.com/accel-dra/accel-dra/pkg/bootid"
+	"github.com/accel-dra/accel-dra/pkg/cdi"
+	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/driver"
+	"github.com/accel-dra/accel-dra/pkg/metrics"
+)
+
+// ApplyLogging validates and applies the logging flags; call it once after flag parsing.
+func (o *Options) ApplyLogging() error {
+	return logsapi.ValidateAndApply(o.Logging, nil)
+}
+
+// Run runs the plugin until ctx is done.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.Complete(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	be, err := backend.New(ctx, backend.Options{
+		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
+		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir,
+	})
+	if err != nil {
+		return fmt.Errorf("device backend %q: %w", o.Backend, err)
+	}
+	defer func() { _ = be.Close() }()
+	inv, err := be.Enumerate(ctx)
+	if err != nil {
+		return fmt.Errorf("enumerating devices: %w", err)
+	}
+
+	boot, err := bootid.Read(o.BootIDFile)
+	if err != nil {
+		return fmt.Errorf("reading boot ID: %w", err)
+	}
+	store, err := checkpoint.Open(o.CheckpointDir, boot)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+
+	kube, _, err := o.Kube.Client("accel-dra-kubelet-plugin/" + o.NodeName)
+	if err != nil {
+		return err
+	}
+	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName)
+	defer stopEvents()
+
+	m := metrics.NewPlugin(o.DriverName)
+	drv, err := driver.New(ctx, driver.Options{
+		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
+		CDI: cdi.New(o.CDIRoot, inv.Kind), State: store, Metrics: m, Kube: kube, Events: events,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := drv.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconciling checkpoint: %w", err)
+	}
+
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(o.DriverName),
+		kubeletplugin.NodeName(o.NodeName),
+		kubeletplugin.KubeClient(kube),
+		kubeletplugin.RegistrarDirectoryPath(o.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir),
+		// The driver locks per claim; see driver.Driver.
+		kubeletplugin.Serialize(false),
+	}
+	if o.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, drv, opts...)
+	if err != nil {
+		return fmt.Errorf("starting kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	if err := helper.PublishResources(ctx, drv.Resources()); err != nil {
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+
+	if o.HTTPAddress != "" {
+		srv, err := serveHTTP(ctx, o.HTTPAddress, m, helper)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	logger.Info("Plugin running", "backend", o.Backend, "devices", len(inv.Devices))
+	<-ctx.Done()
+	logger.Info("Shutting down")
+	return nil
+}
+
+func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kubeletplugin.Helper) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := helper.RegistrationStatus()
+		if st == nil || !st.PluginRegistered {
+			http.Error(w, "not registered with the kubelet yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http endpoint: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "HTTP endpoint stopped")
+		}
+	}()
+	return srv, nil
+}
+
+type nodeEventSink struct {
+	rec record.EventRecorder
+	ref *corev1.ObjectReference
+}
+
+func (s nodeEventSink) Warning(reason, message string) {
+	s.rec.Event(s.ref, corev1.EventTypeWarning, reason, message)
+}
+
+// nodeEvents reports on the Node object, where an operator looks when a node has fewer devices
+// than expected.
+func nodeEvents(kube kubernetes.Interface, nodeName, driverName string) (driver.EventSink, func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driverName, Host: nodeName})
+	ref := &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
+	return nodeEventSink{rec: rec, ref: ref}, b.Shutdown
+}
