@@ -92,7 +92,9 @@ func (e *env) start() *ReconcileReport {
 
 func (e *env) cdiDir() string { return filepath.Join(e.dir, "cdi") }
 
-func (e *env) specPath(uid types.UID) string { return cdi.New(e.cdiDir(), device.KindGPU).Path(string(uid)) }
+func (e *env) specPath(uid types.UID) string {
+	return cdi.New(e.cdiDir(), device.KindGPU).Path(string(uid))
+}
 
 func (e *env) recordPath(uid types.UID) string {
 	return filepath.Join(e.dir, "checkpoint", string(uid)+".json")

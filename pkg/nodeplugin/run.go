@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +81,12 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
 
+	// The kubelet creates neither directory for a plugin it has not met yet.
+	for _, dir := range []string{o.PluginDataDir, o.RegistrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating %s: %w", dir, err)
+		}
+	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),
@@ -88,6 +95,8 @@ func Run(ctx context.Context, o *Options) error {
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir),
 		// The driver locks per claim; see driver.Driver.
 		kubeletplugin.Serialize(false),
+		// Device health is not reported yet; saying so keeps the kubelet from waiting for it.
+		kubeletplugin.HealthService(false),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
