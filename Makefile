@@ -3,9 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 BIN ?= $(CURDIR)/bin
 BINARIES := accel-dra-kubelet-plugin accel-dra-template-publisher accelctl
-# Static builds, exactly as the Dockerfile builds them.
 GO_BUILD_FLAGS ?= -trimpath -ldflags "-s -w"
-export CGO_ENABLED ?= 0
+# The kubelet plugin needs cgo: go-nvml's types are cgo and it dlopens libnvidia-ml at run time.
+# The other binaries are static. The Dockerfile builds them the same way.
+CGO_BINARIES := accel-dra-kubelet-plugin
 
 .PHONY: all build unit test e2e demo bench k8s-binaries fmt vet image clean
 
@@ -14,7 +15,8 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	@for b in $(BINARIES); do \
-		if [ -d cmd/$$b ]; then echo "go build $$b"; $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/$$b ./cmd/$$b || exit 1; fi; \
+		cgo=0; case " $(CGO_BINARIES) " in *" $$b "*) cgo=1;; esac; \
+		if [ -d cmd/$$b ]; then echo "go build $$b (CGO_ENABLED=$$cgo)"; CGO_ENABLED=$$cgo $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/$$b ./cmd/$$b || exit 1; fi; \
 	done
 
 # Unit tests: every package, with the race detector (which needs cgo).

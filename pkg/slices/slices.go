@@ -134,18 +134,22 @@ func ToAPI(d *device.Device) (resourceapi.Device, string, error) {
 }
 
 // NormalizeVersion makes a driver-reported version semver, as version attributes must be:
-// NVIDIA reports "570.124.06" (a leading zero semver forbids) and compute capabilities are
-// "9.0". Numeric parts lose leading zeros and missing parts become 0; anything that is still not
-// semver afterwards is an error.
+// NVIDIA reports "570.124.06" (a leading zero semver forbids), compute capabilities are "9.0",
+// and Ascend drivers report "24.1.rc2". Numeric parts lose leading zeros, missing parts become 0,
+// and a trailing alphanumeric part after at least two numeric ones ("rc2") or a "-suffix" becomes
+// the pre-release. Anything that is still not semver afterwards is an error.
 func NormalizeVersion(s string) (string, error) {
-	parts := strings.Split(strings.TrimSpace(s), ".")
-	if len(parts) == 0 || len(parts) > 3 {
+	in := strings.TrimSpace(s)
+	core, pre, hasPre := strings.Cut(in, "-")
+	parts := strings.Split(core, ".")
+	if !hasPre && len(parts) >= 3 && len(parts) <= 4 && isAlnumIdent(parts[len(parts)-1]) {
+		pre, hasPre = parts[len(parts)-1], true
+		parts = parts[:len(parts)-1]
+	}
+	if len(parts) > 3 {
 		return "", fmt.Errorf("%q is not a version of at most three numeric parts", s)
 	}
-	nums := make([]string, 3)
-	for i := range nums {
-		nums[i] = "0"
-	}
+	nums := []string{"0", "0", "0"}
 	for i, p := range parts {
 		n, err := strconv.ParseUint(p, 10, 64)
 		if err != nil {
@@ -154,10 +158,26 @@ func NormalizeVersion(s string) (string, error) {
 		nums[i] = strconv.FormatUint(n, 10)
 	}
 	v := strings.Join(nums, ".")
+	if hasPre {
+		v += "-" + pre
+	}
 	if _, err := semver.Parse(v); err != nil {
 		return "", fmt.Errorf("%q is not a semantic version: %w", s, err)
 	}
 	return v, nil
+}
+
+// isAlnumIdent reports whether p is a letter followed by letters and digits ("rc2", "RC1").
+func isAlnumIdent(p string) bool {
+	if p == "" || !(p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z') {
+		return false
+	}
+	for _, r := range p {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }

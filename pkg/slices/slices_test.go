@@ -31,7 +31,12 @@ func TestNormalizeVersion(t *testing.T) {
 		{in: "9.0", want: "9.0.0"},
 		{in: "535", want: "535.0.0"},
 		{in: " 1.2.3 ", want: "1.2.3"},
-		{in: "570.124.06-beta", err: "not a number"},
+		{in: "570.124.06-beta", want: "570.124.6-beta"},
+		{in: "24.1.rc2", want: "24.1.0-rc2"},
+		{in: "24.1.0.RC1", want: "24.1.0-RC1"},
+		{in: "24.rc2", err: "not a number"},
+		{in: "570.124.06-", err: "not a semantic version"},
+		{in: "1.2.3-be ta", err: "not a semantic version"},
 		{in: "1.2.3.4", err: "at most three"},
 		{in: "", err: "not a number"},
 		{in: "abc", err: "not a number"},
@@ -101,7 +106,7 @@ func TestBuildLeavesOutBadDevices(t *testing.T) {
 	long := strings.Repeat("x", 65)
 	inv := &device.Inventory{Kind: device.KindGPU, Devices: []device.Device{
 		gpu(3),
-		gpu(1, func(d *device.Device) { d.DriverVersion = "570.124.06-custom" }),
+		gpu(1, func(d *device.Device) { d.DriverVersion = "r570.124" }),
 		gpu(0),
 		gpu(2, func(d *device.Device) { d.ProductName = long }),
 		gpu(4, func(d *device.Device) { d.PCIBusID = "00000000:1B:00.0" }),

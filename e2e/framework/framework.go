@@ -1,0 +1,364 @@
+// Package framework holds what accel-dra's end-to-end tests, benchmarks and demo share on top
+// of the local cluster: the project's binaries, starting the node plugin on a node the way the
+// DaemonSet does, the DeviceClasses, and waits on ResourceSlices and pods.
+package framework
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/accel-dra/accel-dra/e2e/cluster"
+)
+
+// EnvBinDir names a directory holding the project's binaries (make sets it); without it they
+// are built once per process into a temporary directory.
+const EnvBinDir = "ACCEL_DRA_BIN_DIR"
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// Binary returns the path of one of the project's binaries, building them if needed.
+func Binary(name string) (string, error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w (run `make build`)", EnvBinDir, dir, err)
+		}
+		return p, nil
+	}
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir, buildErr = os.MkdirTemp("", "accel-dra-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "./cmd/...")
+		cmd.Dir = root
+		// The plugin needs cgo (go-nvml); see the Makefile.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building binaries: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		return "", buildErr
+	}
+	return filepath.Join(binDir, name), nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Driver names.
+const (
+	GPUDriver = "gpu.accel-dra.io"
+	NPUDriver = "npu.accel-dra.io"
+)
+
+// PluginOptions say how to run the node plugin.
+type PluginOptions struct {
+	// Backend is mock or npu-mock (default mock).
+	Backend string
+	// Profile is the mock profile; empty means the backend's default.
+	Profile string
+	// Driver defaults to the backend's driver.
+	Driver string
+	// Kubeconfig defaults to the cluster's admin kubeconfig.
+	Kubeconfig string
+	// ExtraArgs are appended.
+	ExtraArgs []string
+}
+
+// Plugin is a node plugin process on a node.
+type Plugin struct {
+	Node     *cluster.Node
+	Driver   string
+	CDIDir   string
+	HTTPAddr string
+	Args     []string
+
+	c    *cluster.Cluster
+	name string
+	proc *cluster.Process
+	runs int
+}
+
+// StartPlugin runs accel-dra-kubelet-plugin for a node with the paths of that node's kubelet,
+// as the DaemonSet does, and waits until its ResourceSlices are published.
+func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o PluginOptions) (*Plugin, error) {
+	bin, err := Binary("accel-dra-kubelet-plugin")
+	if err != nil {
+		return nil, err
+	}
+	if o.Backend == "" {
+		o.Backend = "mock"
+	}
+	if o.Driver == "" {
+		o.Driver = GPUDriver
+		if strings.HasPrefix(o.Backend, "npu") {
+			o.Driver = NPUDriver
+		}
+	}
+	if o.Kubeconfig == "" {
+		o.Kubeconfig = c.KubeconfigPath()
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{
+		Node: n, Driver: o.Driver, CDIDir: n.CDIDirs[len(n.CDIDirs)-1], c: c,
+		HTTPAddr: "127.0.0.1:" + strconv.Itoa(port),
+		name:     "plugin-" + n.Name + "-" + strings.Split(o.Driver, ".")[0],
+	}
+	p.Args = []string{
+		bin,
+		"--node-name=" + n.Name,
+		"--driver-name=" + o.Driver,
+		"--backend=" + o.Backend,
+		"--kubeconfig=" + o.Kubeconfig,
+		"--cdi-root=" + p.CDIDir,
+		"--registrar-dir=" + n.RegistrarDir(),
+		"--plugin-data-dir=" + n.PluginDataDir(o.Driver),
+		"--http-address=" + p.HTTPAddr,
+		"-v=2",
+	}
+	if o.Profile != "" {
+		p.Args = append(p.Args, "--mock-profile="+o.Profile)
+	}
+	p.Args = append(p.Args, o.ExtraArgs...)
+	if err := p.start(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Plugin) start(ctx context.Context) error {
+	p.runs++
+	proc, err := p.c.StartProcess(fmt.Sprintf("%s-%d", p.name, p.runs), p.Args, nil)
+	if err != nil {
+		return err
+	}
+	p.proc = proc
+	return p.WaitReady(ctx)
+}
+
+// Process is the current plugin process.
+func (p *Plugin) Process() *cluster.Process { return p.proc }
+
+// WaitReady waits until the plugin reports that the kubelet registered it.
+func (p *Plugin) WaitReady(ctx context.Context) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.proc.Done():
+			return false, fmt.Errorf("plugin exited")
+		default:
+		}
+		resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("plugin %s on %s not registered with the kubelet: %w\n%s", p.Driver, p.Node.Name, err, p.proc.LogTail(40))
+	}
+	return nil
+}
+
+// Kill ends the plugin with SIGKILL, as a crash or OOM kill would.
+func (p *Plugin) Kill() { p.proc.Kill() }
+
+// Restart starts the plugin again with the same arguments (after Kill or Stop).
+func (p *Plugin) Restart(ctx context.Context) error {
+	p.proc.Kill()
+	<-p.proc.Done()
+	return p.start(ctx)
+}
+
+// Metric returns the value of one plain (unlabelled or first-matching) sample from /metrics.
+func (p *Plugin) Metric(name string) (float64, error) {
+	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// CDISpecs lists the plugin's CDI spec files.
+func (p *Plugin) CDISpecs() ([]string, error) {
+	entries, err := os.ReadDir(p.CDIDir)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "accel-dra.io-" + strings.Split(p.Driver, ".")[0] + "_"
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// DeviceClass is the class the chart installs for a driver: every device of that driver.
+func DeviceClass(driver string) *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)},
+		}}},
+	}
+}
+
+// EnsureDeviceClasses creates the GPU and NPU classes.
+func EnsureDeviceClasses(ctx context.Context, client kubernetes.Interface) error {
+	for _, d := range []string{GPUDriver, NPUDriver} {
+		_, err := client.ResourceV1().DeviceClasses().Create(ctx, DeviceClass(d), metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitForSlices waits until the node's pool of a driver has the given number of devices and
+// returns its slices.
+func WaitForSlices(ctx context.Context, client kubernetes.Interface, driver, node string, devices int) ([]resourceapi.ResourceSlice, error) {
+	var slices []resourceapi.ResourceSlice
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + driver})
+		if err != nil {
+			return false, nil
+		}
+		n := 0
+		for _, s := range list.Items {
+			n += len(s.Spec.Devices)
+		}
+		slices = list.Items
+		return n == devices, nil
+	})
+	if err != nil {
+		return slices, fmt.Errorf("ResourceSlices of %s on %s: want %d devices: %w", driver, node, devices, err)
+	}
+	return slices, nil
+}
+
+// WaitForPodRunning waits for a pod to run.
+func WaitForPodRunning(ctx context.Context, client kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		return pod, fmt.Errorf("pod %s/%s not running: %w; %s", ns, name, err, DescribePod(ctx, client, ns, name))
+	}
+	return pod, nil
+}
+
+// WaitForPodEvent waits for an event on a pod whose message contains all of substrs.
+func WaitForPodEvent(ctx context.Context, client kubernetes.Interface, ns, pod string, timeout time.Duration, substrs ...string) (*corev1.Event, error) {
+	var found *corev1.Event
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return false, nil
+		}
+	next:
+		for i := range evs.Items {
+			for _, s := range substrs {
+				if !strings.Contains(evs.Items[i].Message, s) {
+					continue next
+				}
+			}
+			found = &evs.Items[i]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no event on pod %s/%s containing %q: %w; %s", ns, pod, substrs, err, DescribePod(ctx, client, ns, pod))
+	}
+	return found, nil
+}
+
+// DescribePod summarises a pod's phase, conditions and events for failure messages.
+func DescribePod(ctx context.Context, client kubernetes.Interface, ns, name string) string {
+	var b strings.Builder
+	if p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		fmt.Fprintf(&b, "phase=%s node=%s", p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, " %s=%s(%s)", c.Type, c.Status, c.Message)
+		}
+	}
+	if evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "\n  event %s %s: %s", e.Type, e.Reason, e.Message)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,120 @@
+// Package backend picks a device backend by name, so that main wires flags to one call and
+// the rest of the driver sees only device.Backend.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/npu"
+	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvml"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/device"
+)
+
+// Backend names.
+const (
+	// NVML enumerates NVIDIA GPUs through libnvidia-ml.
+	NVML = "nvml"
+	// Mock runs the NVML backend against a mock GPU machine (see nvmlmock.Profiles).
+	Mock = "mock"
+	// NPU enumerates Ascend NPUs from sysfs and devfs.
+	NPU = "npu"
+	// NPUMock runs the NPU backend against a generated Ascend tree (see npumock.Profiles).
+	NPUMock = "npu-mock"
+)
+
+// Defaults.
+const (
+	DefaultSysRoot = "/sys"
+	DefaultDevRoot = "/dev"
+	// DefaultMockProfile is the GPU mock: eight H100s over two NUMA nodes exercise pcieRoot and
+	// numaNode alignment, which single-socket profiles cannot.
+	DefaultMockProfile = "h100-8x-2numa"
+	// DefaultNPUMockProfile is the NPU mock, eight 910Bs over two NUMA nodes for the same reason.
+	DefaultNPUMockProfile = "ascend910b-8x"
+)
+
+// Options selects and configures a backend. Zero fields take the defaults documented on each.
+type Options struct {
+	// Name is one of Names(): nvml, mock, npu, npu-mock.
+	Name string
+	// MockProfile is the profile of mock and npu-mock; default DefaultMockProfile for mock and
+	// DefaultNPUMockProfile for npu-mock. Other backends ignore it.
+	MockProfile string
+	// NodeName is the Kubernetes node name; mock, npu and npu-mock need it for stable UUIDs.
+	NodeName string
+	// SysRoot and DevRoot are where the host's /sys and /dev are visible (defaults /sys and
+	// /dev), for nvml and npu.
+	SysRoot, DevRoot string
+	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
+	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
+	MockDir string
+}
+
+// Names returns the backend names, sorted.
+func Names() []string {
+	names := []string{NVML, Mock, NPU, NPUMock}
+	sort.Strings(names)
+	return names
+}
+
+// New returns the backend o names. An unknown name is an error listing the valid ones.
+func New(ctx context.Context, o Options) (device.Backend, error) {
+	if o.SysRoot == "" {
+		o.SysRoot = DefaultSysRoot
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = DefaultDevRoot
+	}
+	switch o.Name {
+	case Mock:
+		if o.MockProfile == "" {
+			o.MockProfile = DefaultMockProfile
+		}
+	case NPUMock:
+		if o.MockProfile == "" {
+			o.MockProfile = DefaultNPUMockProfile
+		}
+		if o.MockDir == "" && o.NodeName != "" {
+			o.MockDir = filepath.Join(os.TempDir(), "accel-dra-npu-mock", o.NodeName)
+		}
+	case NVML, NPU:
+		o.MockProfile, o.MockDir = "", ""
+	default:
+		return nil, fmt.Errorf("unknown device backend %q: valid backends are %s", o.Name, strings.Join(Names(), ", "))
+	}
+	if o.NodeName == "" && o.Name != NVML {
+		return nil, fmt.Errorf("device backend %s: node name is required", o.Name)
+	}
+	klog.FromContext(ctx).Info("Starting device backend", "backend", o.Name, "mockProfile", o.MockProfile,
+		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "mockDir", o.MockDir)
+
+	// Each branch returns its error before converting, so that a typed nil never becomes a
+	// non-nil device.Backend.
+	switch o.Name {
+	case NVML:
+		b, err := nvml.NewFromSystem(ctx, o.SysRoot, o.DevRoot)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	case Mock:
+		return nvmlmock.New(o.MockProfile, o.NodeName)
+	case NPU:
+		b, err := npu.New(npu.Config{SysRoot: o.SysRoot, DevRoot: o.DevRoot, NodeName: o.NodeName})
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	default: // NPUMock
+		return npumock.New(o.MockDir, o.MockProfile, o.NodeName)
+	}
+}

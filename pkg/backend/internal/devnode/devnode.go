@@ -1,0 +1,66 @@
+// Package devnode reads the type and major/minor numbers of device special files, so that a
+// backend can hand them to the runtime instead of making it stat host paths.
+package devnode
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Info is what a device special file's inode says about it.
+type Info struct {
+	// Type is "c" for a character device, "b" for a block device (the OCI/CDI spelling).
+	Type  string
+	Major int64
+	Minor int64
+}
+
+// Stat returns the type and numbers of the device special file at path. A missing file yields
+// an error that matches fs.ErrNotExist (unix.ENOENT does); a file that is not a device node is an
+// error, because handing a regular file to a runtime as a device would fail far from the cause.
+func Stat(path string) (Info, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return Info{}, &statError{path: path, err: err}
+	}
+	var typ string
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		typ = "c"
+	case unix.S_IFBLK:
+		typ = "b"
+	default:
+		return Info{}, fmt.Errorf("%s is not a device node (mode %#o)", path, st.Mode)
+	}
+	// Rdev is uint32 on some platforms, hence the conversion.
+	rdev := uint64(st.Rdev)
+	return Info{Type: typ, Major: int64(unix.Major(rdev)), Minor: int64(unix.Minor(rdev))}, nil
+}
+
+// statError keeps the errno reachable through errors.Is (ENOENT matches fs.ErrNotExist).
+type statError struct {
+	path string
+	err  error
+}
+
+func (e *statError) Error() string { return "stat " + e.path + ": " + e.err.Error() }
+func (e *statError) Unwrap() error { return e.err }
+
+// ParseDev parses the "MAJOR:MINOR" format of a sysfs `dev` attribute (/sys/dev/char/*,
+// /sys/class/*/*/dev), trailing newline allowed.
+func ParseDev(s string) (major, minor int64, err error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("invalid dev value %q: want MAJOR:MINOR", s)
+	}
+	if major, err = strconv.ParseInt(a, 10, 32); err != nil || major < 0 {
+		return 0, 0, fmt.Errorf("invalid major number in dev value %q", s)
+	}
+	if minor, err = strconv.ParseInt(b, 10, 32); err != nil || minor < 0 {
+		return 0, 0, fmt.Errorf("invalid minor number in dev value %q", s)
+	}
+	return major, minor, nil
+}

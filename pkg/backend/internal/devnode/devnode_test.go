@@ -1,0 +1,69 @@
+package devnode
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestStat(t *testing.T) {
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "file")
+	if err := os.WriteFile(regular, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		path     string
+		want     Info
+		wantErr  bool
+		notExist bool
+	}{
+		// /dev/null is 1:3 on every Linux host and in every container.
+		"char device":  {path: "/dev/null", want: Info{Type: "c", Major: 1, Minor: 3}},
+		"regular file": {path: regular, wantErr: true},
+		"directory":    {path: dir, wantErr: true},
+		"missing":      {path: filepath.Join(dir, "nope"), wantErr: true, notExist: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Stat(tc.path)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Stat(%q) error = %v, wantErr %v", tc.path, err, tc.wantErr)
+			}
+			if tc.notExist != errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("errors.Is(%v, fs.ErrNotExist) = %v, want %v", err, !tc.notExist, tc.notExist)
+			}
+			if got != tc.want {
+				t.Errorf("Stat(%q) = %+v, want %+v", tc.path, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseDev(t *testing.T) {
+	tests := map[string]struct {
+		in           string
+		major, minor int64
+		wantErr      bool
+	}{
+		"plain":          {in: "236:3", major: 236, minor: 3},
+		"newline":        {in: "195:255\n", major: 195, minor: 255},
+		"no colon":       {in: "236", wantErr: true},
+		"empty":          {in: "", wantErr: true},
+		"negative minor": {in: "1:-1", wantErr: true},
+		"hex":            {in: "0x1:3", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			major, minor, err := ParseDev(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ParseDev(%q) error = %v, wantErr %v", tc.in, err, tc.wantErr)
+			}
+			if major != tc.major || minor != tc.minor {
+				t.Errorf("ParseDev(%q) = %d:%d, want %d:%d", tc.in, major, minor, tc.major, tc.minor)
+			}
+		})
+	}
+}

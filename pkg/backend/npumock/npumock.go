@@ -1,0 +1,211 @@
+// Package npumock generates fake Ascend hosts as real files in a directory, a sysfs tree and a
+// devfs tree, so that the real NPU backend (pkg/backend/npu) runs unchanged against them.
+//
+// Layout under <dir>/<profile>/:
+//
+//	sys/devices/pci<dom>:<bus>/<bridges...>/<bdf>/{vendor,device,class,numa_node[,serial_number]}
+//	sys/bus/pci/devices/<bdf> -> ../../../devices/pci<dom>:<bus>/.../<bdf>
+//	dev/davinci<N>, dev/davinci_manager, dev/devmm_svm, dev/hisi_hdc
+//	driver/version.info
+//
+// Creating device special files needs privileges, so the dev entries are regular files holding
+// "MAJOR:MINOR", the format of a sysfs dev attribute, which the NPU backend reads for nodes that
+// are not devices. Each profile also has non-NPU PCI functions (a Huawei NIC, a Mellanox NIC)
+// that the backend must ignore.
+package npumock
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/npu"
+	"github.com/accel-dra/accel-dra/pkg/device"
+)
+
+// Device numbers of the generated nodes. The Ascend driver allocates its majors dynamically;
+// these are plausible, fixed values so that output is reproducible.
+const (
+	davinciMajor        = 236
+	davinciManagerMajor = 237
+	devmmSvmMajor       = 238
+	hisiHdcMajor        = 239
+)
+
+// pciFunction is one PCI function in the generated tree.
+type pciFunction struct {
+	busID string
+	// root is the root complex directory under devices/, "pci0000:80".
+	root string
+	// bridges are the bridge functions between the root and the function, outermost first.
+	bridges []string
+	vendor  uint16
+	device  uint16
+	class   uint32
+	numa    int
+	// serial says whether the function gets a serial_number file.
+	serial bool
+}
+
+type profile struct {
+	description   string
+	driverVersion string
+	functions     []pciFunction
+}
+
+func ascend(deviceID uint16, busID, root string, bridges []string, numa int, serial bool) pciFunction {
+	return pciFunction{busID: busID, root: root, bridges: bridges, vendor: npu.HuaweiVendorID, device: deviceID, class: 0x120000, numa: numa, serial: serial}
+}
+
+var profiles = map[string]profile{
+	// An Atlas 800T A2-like training server: 8 Ascend 910B, each on its own root port, two per
+	// root complex, NUMA 0 = npu-0..3 and NUMA 1 = npu-4..7. The NPUs carry serial numbers.
+	"ascend910b-8x": {
+		description:   "8x Ascend 910B (d802): NUMA 0 = npu-0..3 under pci0000:00 and pci0000:40, NUMA 1 = npu-4..7 under pci0000:80 and pci0000:c0; serial numbers; plus a Huawei and a Mellanox NIC",
+		driverVersion: "24.1.rc2",
+		functions: []pciFunction{
+			ascend(0xd802, "0000:01:00.0", "pci0000:00", []string{"0000:00:00.0"}, 0, true),
+			ascend(0xd802, "0000:02:00.0", "pci0000:00", []string{"0000:00:08.0"}, 0, true),
+			ascend(0xd802, "0000:41:00.0", "pci0000:40", []string{"0000:40:00.0"}, 0, true),
+			ascend(0xd802, "0000:42:00.0", "pci0000:40", []string{"0000:40:08.0"}, 0, true),
+			ascend(0xd802, "0000:81:00.0", "pci0000:80", []string{"0000:80:00.0"}, 1, true),
+			ascend(0xd802, "0000:82:00.0", "pci0000:80", []string{"0000:80:08.0"}, 1, true),
+			ascend(0xd802, "0000:c1:00.0", "pci0000:c0", []string{"0000:c0:00.0"}, 1, true),
+			ascend(0xd802, "0000:c2:00.0", "pci0000:c0", []string{"0000:c0:08.0"}, 1, true),
+			// Huawei HNS network function: Huawei vendor, not an NPU.
+			{busID: "0000:7d:00.0", root: "pci0000:7c", bridges: []string{"0000:7c:00.0"}, vendor: npu.HuaweiVendorID, device: 0xa222, class: 0x020000, numa: 0},
+			// Mellanox ConnectX-6 on NUMA 1.
+			{busID: "0000:85:00.0", root: "pci0000:80", bridges: []string{"0000:80:10.0"}, vendor: 0x15b3, device: 0x101b, class: 0x020700, numa: 1},
+		},
+	},
+	// Two Atlas 300I Pro inference cards (Ascend 310P) in an x86 server, one per socket. No
+	// serial numbers, so the UUIDs come from node name and bus ID.
+	"ascend310p-2x": {
+		description:   "2x Ascend 310P (d500): npu-0 on NUMA 0 under pci0000:3a, npu-1 on NUMA 1 under pci0000:ae; no serial numbers; plus a Huawei NIC",
+		driverVersion: "23.0.0",
+		functions: []pciFunction{
+			ascend(0xd500, "0000:3b:00.0", "pci0000:3a", []string{"0000:3a:00.0"}, 0, false),
+			ascend(0xd500, "0000:af:00.0", "pci0000:ae", []string{"0000:ae:02.0"}, 1, false),
+			{busID: "0000:18:00.0", root: "pci0000:17", bridges: []string{"0000:17:00.0"}, vendor: npu.HuaweiVendorID, device: 0x1822, class: 0x020000, numa: 0},
+		},
+	},
+}
+
+// Profiles returns the names of the NPU mock profiles, sorted.
+func Profiles() []string {
+	names := make([]string, 0, len(profiles))
+	for n := range profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Describe returns a one-line description of a profile, "" if unknown.
+func Describe(name string) string { return profiles[name].description }
+
+// paths are the roots of a generated tree.
+type paths struct {
+	SysRoot, DevRoot, DriverVersionFile string
+}
+
+// Generate writes the tree of profile for nodeName under dir/<profile> and returns its sysfs
+// and devfs roots. It is idempotent: running it again (for the same or another node) rewrites
+// the same files in place.
+func Generate(dir, profileName, nodeName string) (sysRoot, devRoot string, err error) {
+	p, err := generate(dir, profileName, nodeName)
+	return p.SysRoot, p.DevRoot, err
+}
+
+func generate(dir, profileName, nodeName string) (paths, error) {
+	prof, ok := profiles[profileName]
+	if !ok {
+		return paths{}, fmt.Errorf("unknown NPU mock profile %q: valid profiles are %s", profileName, strings.Join(Profiles(), ", "))
+	}
+	if dir == "" || nodeName == "" {
+		return paths{}, errors.New("NPU mock: directory and node name are required")
+	}
+	base := filepath.Join(dir, profileName)
+	out := paths{
+		SysRoot:           filepath.Join(base, "sys"),
+		DevRoot:           filepath.Join(base, "dev"),
+		DriverVersionFile: filepath.Join(base, "driver", "version.info"),
+	}
+	w := &writer{}
+	var npuBusIDs []string
+	for _, f := range prof.functions {
+		rel := filepath.Join(append(append([]string{"devices", f.root}, f.bridges...), f.busID)...)
+		fdir := filepath.Join(out.SysRoot, rel)
+		w.file(filepath.Join(fdir, "vendor"), fmt.Sprintf("0x%04x\n", f.vendor))
+		w.file(filepath.Join(fdir, "device"), fmt.Sprintf("0x%04x\n", f.device))
+		w.file(filepath.Join(fdir, "class"), fmt.Sprintf("0x%06x\n", f.class))
+		w.file(filepath.Join(fdir, "numa_node"), strconv.Itoa(f.numa)+"\n")
+		if f.serial {
+			// A board serial in Huawei's style; derived so that it differs per node and slot.
+			sum := sha256.Sum256([]byte(nodeName + "/" + f.busID))
+			w.file(filepath.Join(fdir, "serial_number"), fmt.Sprintf("0331%X\n", sum[:5]))
+		}
+		w.symlink(filepath.Join(out.SysRoot, "bus", "pci", "devices", f.busID), filepath.Join("..", "..", "..", rel))
+		if _, ok := npu.LookupProduct(f.device); ok && f.vendor == npu.HuaweiVendorID {
+			npuBusIDs = append(npuBusIDs, f.busID)
+		}
+	}
+	// The backend numbers NPUs in bus ID order; the nodes follow the same rule.
+	sort.Strings(npuBusIDs)
+	for i := range npuBusIDs {
+		w.file(filepath.Join(out.DevRoot, fmt.Sprintf("davinci%d", i)), fmt.Sprintf("%d:%d\n", davinciMajor, i))
+	}
+	w.file(filepath.Join(out.DevRoot, "davinci_manager"), fmt.Sprintf("%d:0\n", davinciManagerMajor))
+	w.file(filepath.Join(out.DevRoot, "devmm_svm"), fmt.Sprintf("%d:0\n", devmmSvmMajor))
+	w.file(filepath.Join(out.DevRoot, "hisi_hdc"), fmt.Sprintf("%d:0\n", hisiHdcMajor))
+	w.file(out.DriverVersionFile, fmt.Sprintf("Version=%s\npackage_version=%s\n", prof.driverVersion, prof.driverVersion))
+	if w.err != nil {
+		return paths{}, fmt.Errorf("generating NPU mock %s in %s: %w", profileName, base, w.err)
+	}
+	return out, nil
+}
+
+// New generates the tree of profile for nodeName under dir and returns the real NPU backend
+// reading it.
+func New(dir, profileName, nodeName string) (device.Backend, error) {
+	p, err := generate(dir, profileName, nodeName)
+	if err != nil {
+		return nil, err
+	}
+	return npu.New(npu.Config{SysRoot: p.SysRoot, DevRoot: p.DevRoot, NodeName: nodeName, DriverVersionFile: p.DriverVersionFile})
+}
+
+// writer creates files and symlinks, keeping the first error.
+type writer struct{ err error }
+
+func (w *writer) file(p, content string) {
+	if w.err != nil {
+		return
+	}
+	if w.err = os.MkdirAll(filepath.Dir(p), 0o755); w.err != nil {
+		return
+	}
+	w.err = os.WriteFile(p, []byte(content), 0o644)
+}
+
+func (w *writer) symlink(p, target string) {
+	if w.err != nil {
+		return
+	}
+	if cur, err := os.Readlink(p); err == nil && cur == target {
+		return
+	}
+	if w.err = os.MkdirAll(filepath.Dir(p), 0o755); w.err != nil {
+		return
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		w.err = err
+		return
+	}
+	w.err = os.Symlink(target, p)
+}

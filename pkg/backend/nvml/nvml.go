@@ -1,0 +1,308 @@
+// Package nvml is the NVIDIA GPU backend: it enumerates GPUs through NVML and resolves their PCIe
+// root and NUMA node through sysfs with the standard deviceattribute helpers, so that the values
+// match what every other DRA driver on the node publishes.
+//
+// The NVML library, sysfs and the stat of device nodes are all injected: the real backend gets
+// libnvidia-ml, /sys and /dev; the mock backend (pkg/backend/nvmlmock) gets go-nvml's function
+// mocks, an in-memory sysfs and fixed device numbers, and runs this same code.
+package nvml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/klog/v2"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
+	"github.com/accel-dra/accel-dra/pkg/device"
+)
+
+// ErrLibraryNotFound is returned (wrapped) when libnvidia-ml cannot be loaded. It is the usual
+// misconfiguration of a GPU plugin, so the message says what to check.
+var ErrLibraryNotFound = errors.New("NVML library libnvidia-ml.so.1 not found: is the NVIDIA driver installed and the library mounted into the plugin container?")
+
+// StatFunc returns the type ("c" or "b") and numbers of the device node at path. A missing node
+// must yield an error matching fs.ErrNotExist.
+type StatFunc func(path string) (typ string, major, minor int64, err error)
+
+// StatDevice is the StatFunc for real hosts: it stats the node.
+func StatDevice(path string) (string, int64, int64, error) {
+	info, err := devnode.Stat(path)
+	return info.Type, info.Major, info.Minor, err
+}
+
+// controlNodes are the nodes every GPU container needs. nvidia-modeset exists only where the
+// display part of the driver is loaded, so its absence is normal and logged quietly.
+var controlNodes = []struct {
+	name     string
+	optional bool
+}{
+	{name: "nvidiactl"},
+	{name: "nvidia-uvm"},
+	{name: "nvidia-uvm-tools"},
+	{name: "nvidia-modeset", optional: true},
+}
+
+// Backend implements device.Backend with NVML.
+type Backend struct {
+	lib     nvml.Interface
+	sysfs   fs.ReadLinkFS
+	devRoot string
+	stat    StatFunc
+
+	// mu serialises NVML use: Init/Shutdown pair up once, and Enumerate may be called from more
+	// than one goroutine.
+	mu     sync.Mutex
+	inited bool
+}
+
+var _ device.Backend = (*Backend)(nil)
+
+// Option changes a Backend.
+type Option func(*Backend)
+
+// WithStat replaces the stat of device nodes, for mocks whose nodes do not exist on the host.
+func WithStat(f StatFunc) Option { return func(b *Backend) { b.stat = f } }
+
+// New returns a backend over lib. sysfs is the host's /sys (os.DirFS("/sys") on a real node);
+// devRoot is where the host's /dev is visible to this process, used only to stat nodes: the
+// published paths are always /dev/<name>, the container's and the host's view. NVML is
+// initialised on the first Enumerate.
+func New(lib nvml.Interface, sysfs fs.ReadLinkFS, devRoot string, opts ...Option) *Backend {
+	b := &Backend{lib: lib, sysfs: sysfs, devRoot: devRoot, stat: StatDevice}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// Kind implements device.Backend.
+func (b *Backend) Kind() device.Kind { return device.KindGPU }
+
+// Close shuts NVML down if Enumerate initialised it.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.inited {
+		return nil
+	}
+	b.inited = false
+	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml Shutdown: %w", ret)
+	}
+	return nil
+}
+
+// initLocked calls nvml Init once. A failed Init is not remembered, so a later Enumerate retries
+// (the driver may have been loaded in the meantime).
+func (b *Backend) initLocked(ctx context.Context) (err error) {
+	if b.inited {
+		return nil
+	}
+	// go-nvml loads the library with dlopen and resolves symbols on Init; on some broken
+	// installations (a library of the wrong architecture or an incompatible version) that path
+	// panics instead of returning an error. A plugin must report, not crash.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w (loading it panicked: %v)", ErrLibraryNotFound, r)
+		}
+	}()
+	switch ret := b.lib.Init(); ret {
+	case nvml.SUCCESS:
+		b.inited = true
+		klog.FromContext(ctx).V(2).Info("NVML initialised")
+		return nil
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		return fmt.Errorf("%w (nvml Init: %w)", ErrLibraryNotFound, ret)
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		return fmt.Errorf("NVIDIA kernel driver is not loaded on this node (nvml Init: %w)", ret)
+	default:
+		return fmt.Errorf("nvml Init: %w", ret)
+	}
+}
+
+// Enumerate implements device.Backend. Any NVML failure for any GPU fails the whole call, with
+// the NVML call and the device index in the error: publishing a partial inventory would make a
+// lost GPU silently disappear from the node's ResourceSlice.
+func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.initLocked(ctx); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+
+	driverVersion, ret := b.lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvml SystemGetDriverVersion: %w", ret)
+	}
+	count, ret := b.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvml DeviceGetCount: %w", ret)
+	}
+
+	inv := &device.Inventory{Kind: device.KindGPU, Devices: make([]device.Device, 0, count)}
+	for i := 0; i < count; i++ {
+		d, err := b.enumerateOne(klog.NewContext(ctx, logger.WithValues("index", i)), i, driverVersion)
+		if err != nil {
+			return nil, err
+		}
+		inv.Devices = append(inv.Devices, d)
+	}
+	device.Sort(inv.Devices)
+
+	inv.ControlNodes = make([]device.Node, 0, len(controlNodes))
+	for _, c := range controlNodes {
+		n, err := b.node(c.name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Containers still start without it; CUDA then reports the missing node itself.
+			if c.optional {
+				logger.V(4).Info("Optional control device node not present, skipping", "node", n.Path)
+			} else {
+				logger.Info("Control device node not present on the host, skipping", "node", n.Path, "err", err)
+			}
+		case err != nil:
+			return nil, err
+		default:
+			inv.ControlNodes = append(inv.ControlNodes, n)
+		}
+	}
+	logger.V(2).Info("Enumerated GPUs", "count", len(inv.Devices), "driverVersion", driverVersion)
+	return inv, nil
+}
+
+// callError names the NVML call and the device index, the two things needed to find a failing
+// GPU in nvidia-smi or the kernel log.
+func callError(call string, index int, ret nvml.Return) error {
+	return fmt.Errorf("gpu index %d: nvml %s: %w", index, call, ret)
+}
+
+func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string) (device.Device, error) {
+	logger := klog.FromContext(ctx)
+	h, ret := b.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return device.Device{}, callError("DeviceGetHandleByIndex", i, ret)
+	}
+	d := device.Device{
+		Name:          device.NameFor(device.KindGPU, i),
+		Kind:          device.KindGPU,
+		Index:         i,
+		DriverVersion: driverVersion,
+	}
+	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
+		return device.Device{}, callError("GetUUID", i, ret)
+	}
+	if d.ProductName, ret = h.GetName(); ret != nvml.SUCCESS {
+		return device.Device{}, callError("GetName", i, ret)
+	}
+	// The architecture is informational and old drivers answer NOT_SUPPORTED, so it may be left
+	// out rather than losing the GPU.
+	if arch, ret := h.GetArchitecture(); ret == nvml.SUCCESS {
+		if d.Architecture = ArchitectureName(arch); d.Architecture == "" {
+			logger.Info("Unknown GPU architecture, leaving it out", "architecture", uint32(arch))
+		}
+	} else {
+		logger.Info("Cannot read GPU architecture, leaving it out", "err", callError("GetArchitecture", i, ret))
+	}
+	major, minor, ret := h.GetCudaComputeCapability()
+	if ret != nvml.SUCCESS {
+		return device.Device{}, callError("GetCudaComputeCapability", i, ret)
+	}
+	d.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	mem, ret := h.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return device.Device{}, callError("GetMemoryInfo", i, ret)
+	}
+	d.MemoryBytes = int64(mem.Total)
+	pci, ret := h.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return device.Device{}, callError("GetPciInfo", i, ret)
+	}
+	busID, err := NormalizePCIBusID(cString(pci.BusId[:]))
+	if err != nil {
+		return device.Device{}, fmt.Errorf("gpu index %d: nvml GetPciInfo: %w", i, err)
+	}
+	d.PCIBusID = busID
+	devMinor, ret := h.GetMinorNumber()
+	if ret != nvml.SUCCESS {
+		return device.Device{}, callError("GetMinorNumber", i, ret)
+	}
+	n, err := b.node(fmt.Sprintf("nvidia%d", devMinor))
+	if err != nil {
+		return device.Device{}, fmt.Errorf("gpu index %d: %w", i, err)
+	}
+	d.Nodes = []device.Node{n}
+
+	sysfs := deviceattribute.WithFS(b.sysfs)
+	if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, sysfs); err == nil && attr.Value.StringValue != nil {
+		d.PCIeRoot = *attr.Value.StringValue
+	} else {
+		// Without it the GPU is still usable; only pcieRoot alignment constraints cannot match.
+		logger.Info("Cannot resolve PCIe root, publishing none", "pciBusID", busID, "err", err)
+	}
+	// An error here is mostly numa_node = -1 (no affinity, e.g. single-socket hosts and many
+	// VMs); the helper says "do not publish" for it, which is what a nil NUMANode means.
+	if attr, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(busID, deviceattribute.ScalarAttribute, sysfs); err == nil && attr.Value.IntValue != nil {
+		numa := *attr.Value.IntValue
+		d.NUMANode = &numa
+	} else {
+		logger.V(2).Info("No NUMA node for GPU, publishing none", "pciBusID", busID, "err", err)
+	}
+	return d, nil
+}
+
+// node stats /dev/<name> under devRoot. The returned Node's Path is set even on error so that
+// callers can log it.
+func (b *Backend) node(name string) (device.Node, error) {
+	n := device.Node{Path: path.Join("/dev", name)}
+	typ, major, minor, err := b.stat(filepath.Join(b.devRoot, name))
+	if err != nil {
+		return n, fmt.Errorf("device node %s: %w", n.Path, err)
+	}
+	n.Type, n.Major, n.Minor = typ, major, minor
+	return n, nil
+}
+
+// ArchitectureName maps NVML's architecture enum to the marketing name used in the
+// `architecture` attribute; unknown values map to "".
+func ArchitectureName(a nvml.DeviceArchitecture) string {
+	switch a {
+	case nvml.DEVICE_ARCH_KEPLER:
+		return "Kepler"
+	case nvml.DEVICE_ARCH_MAXWELL:
+		return "Maxwell"
+	case nvml.DEVICE_ARCH_PASCAL:
+		return "Pascal"
+	case nvml.DEVICE_ARCH_VOLTA:
+		return "Volta"
+	case nvml.DEVICE_ARCH_TURING:
+		return "Turing"
+	case nvml.DEVICE_ARCH_AMPERE:
+		return "Ampere"
+	case nvml.DEVICE_ARCH_ADA:
+		return "Ada"
+	case nvml.DEVICE_ARCH_HOPPER:
+		return "Hopper"
+	case nvml.DEVICE_ARCH_BLACKWELL:
+		return "Blackwell"
+	}
+	return ""
+}
+
+// cString returns the NUL-terminated string in b.
+func cString(b []uint8) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,352 @@
+package nvml_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+)
+
+func server(t *testing.T, profile string) *nvmlmock.Server {
+	t.Helper()
+	s, err := nvmlmock.NewServer(profile, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestEnumerateErrors breaks one NVML call at a time and checks that the error names the call
+// and the device index and keeps the NVML return code reachable.
+func TestEnumerateErrors(t *testing.T) {
+	tests := map[string]struct {
+		breakIt func(s *nvmlmock.Server)
+		// wantIn are substrings the error must contain.
+		wantIn []string
+		// wantIs is what errors.Is must find in the error.
+		wantIs error
+	}{
+		"init library not found": {
+			breakIt: func(s *nvmlmock.Server) { s.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND } },
+			wantIn:  []string{"libnvidia-ml.so.1 not found", "is the NVIDIA driver installed and the library mounted into the plugin container?"},
+			wantIs:  nvmlbackend.ErrLibraryNotFound,
+		},
+		"init panics": {
+			breakIt: func(s *nvmlmock.Server) { s.InitFunc = func() nvml.Return { panic("dlopen: bad ELF") } },
+			wantIn:  []string{"libnvidia-ml.so.1 not found", "dlopen: bad ELF"},
+			wantIs:  nvmlbackend.ErrLibraryNotFound,
+		},
+		"init driver not loaded": {
+			breakIt: func(s *nvmlmock.Server) { s.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED } },
+			wantIn:  []string{"kernel driver is not loaded"},
+			wantIs:  nvml.ERROR_DRIVER_NOT_LOADED,
+		},
+		"driver version": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+			},
+			wantIn: []string{"SystemGetDriverVersion"},
+			wantIs: nvml.ERROR_UNKNOWN,
+		},
+		"device count": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNINITIALIZED }
+			},
+			wantIn: []string{"DeviceGetCount"},
+			wantIs: nvml.ERROR_UNINITIALIZED,
+		},
+		"handle": {
+			breakIt: func(s *nvmlmock.Server) {
+				orig := s.DeviceGetHandleByIndexFunc
+				s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 5 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return orig(i)
+				}
+			},
+			wantIn: []string{"gpu index 5", "DeviceGetHandleByIndex"},
+			wantIs: nvml.ERROR_GPU_IS_LOST,
+		},
+		"uuid": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[0].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+			},
+			wantIn: []string{"gpu index 0", "GetUUID"},
+			wantIs: nvml.ERROR_GPU_IS_LOST,
+		},
+		"name": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[1].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+			},
+			wantIn: []string{"gpu index 1", "GetName"},
+			wantIs: nvml.ERROR_UNKNOWN,
+		},
+		"compute capability": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[2].GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
+			},
+			wantIn: []string{"gpu index 2", "GetCudaComputeCapability"},
+			wantIs: nvml.ERROR_UNKNOWN,
+		},
+		"memory": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[3].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+			},
+			wantIn: []string{"gpu index 3", "GetMemoryInfo"},
+			wantIs: nvml.ERROR_GPU_IS_LOST,
+		},
+		"pci info": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[4].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NO_PERMISSION }
+			},
+			wantIn: []string{"gpu index 4", "GetPciInfo"},
+			wantIs: nvml.ERROR_NO_PERMISSION,
+		},
+		"garbage bus id": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[6].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+					var p nvml.PciInfo
+					copy(p.BusId[:], "garbage")
+					return p, nvml.SUCCESS
+				}
+			},
+			wantIn: []string{"gpu index 6", "GetPciInfo", `"garbage"`},
+		},
+		"minor number": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[7].GetMinorNumberFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+			},
+			wantIn: []string{"gpu index 7", "GetMinorNumber"},
+			wantIs: nvml.ERROR_NOT_SUPPORTED,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := server(t, "h100-8x-2numa")
+			tc.breakIt(s)
+			inv, err := s.Backend().Enumerate(context.Background())
+			if err == nil {
+				t.Fatalf("Enumerate succeeded with %d devices, want an error", len(inv.Devices))
+			}
+			for _, w := range tc.wantIn {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("error %q does not wrap %v", err, tc.wantIs)
+			}
+		})
+	}
+}
+
+func TestArchitectureNotSupported(t *testing.T) {
+	s := server(t, "mixed-small")
+	s.Devices[1].GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	inv, err := s.Backend().Enumerate(context.Background())
+	if err != nil {
+		t.Fatalf("Enumerate: %v", err)
+	}
+	if got := inv.Devices[1].Architecture; got != "" {
+		t.Errorf("architecture = %q, want empty when NVML cannot tell", got)
+	}
+	if got := inv.Devices[0].Architecture; got != "Ada" {
+		t.Errorf("other device's architecture = %q, want Ada", got)
+	}
+}
+
+// TestDeviceNodes checks the handling of missing and broken device nodes.
+func TestDeviceNodes(t *testing.T) {
+	tests := map[string]struct {
+		missing  string
+		statErr  error
+		wantErr  []string
+		wantCtl  []string
+		wantNode string
+	}{
+		"all present": {
+			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
+		},
+		"missing control node is skipped": {
+			missing: "nvidia-uvm-tools",
+			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"},
+		},
+		"missing optional modeset is skipped": {
+			missing: "nvidia-modeset",
+			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+		},
+		"missing device node is an error": {
+			missing: "nvidia2",
+			wantErr: []string{"gpu index 2", "/dev/nvidia2"},
+		},
+		"unreadable control node is an error": {
+			missing: "nvidiactl",
+			statErr: syscall.EACCES,
+			wantErr: []string{"/dev/nvidiactl", "permission denied"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := server(t, "a100-8x")
+			var statted []string
+			stat := func(p string) (string, int64, int64, error) {
+				statted = append(statted, p)
+				if path.Base(p) == tc.missing {
+					err := tc.statErr
+					if err == nil {
+						err = fs.ErrNotExist
+					}
+					return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: err}
+				}
+				return s.Stat(p)
+			}
+			b := nvmlbackend.New(s.Interface, s.SysFS, "/host/dev", nvmlbackend.WithStat(stat))
+			inv, err := b.Enumerate(context.Background())
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatal("Enumerate succeeded, want an error")
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Enumerate: %v", err)
+			}
+			var ctl []string
+			for _, n := range inv.ControlNodes {
+				ctl = append(ctl, n.Path)
+				if n.HostPath != "" {
+					t.Errorf("control node %s has host path %q; the host path is the container path", n.Path, n.HostPath)
+				}
+			}
+			if strings.Join(ctl, ",") != strings.Join(tc.wantCtl, ",") {
+				t.Errorf("control nodes = %v, want %v", ctl, tc.wantCtl)
+			}
+			// The dev root is where nodes are statted, not where containers see them.
+			for _, p := range statted {
+				if !strings.HasPrefix(p, "/host/dev/") {
+					t.Errorf("statted %q, outside the dev root /host/dev", p)
+				}
+			}
+			if got := inv.Devices[5].Nodes[0]; got.Path != "/dev/nvidia5" || got.Major != 195 || got.Minor != 5 || got.Type != "c" {
+				t.Errorf("gpu-5 node = %+v", got)
+			}
+		})
+	}
+}
+
+// TestSysfsGaps removes sysfs entries: a GPU without a resolvable PCIe root or NUMA node is still
+// published, without those values.
+func TestSysfsGaps(t *testing.T) {
+	s := server(t, "h100-8x-2numa")
+	delete(s.SysFS, "bus/pci/devices/0000:52:00.0") // gpu-2: no symlink, so neither value
+	for name := range s.SysFS {
+		if strings.HasSuffix(name, "/0000:9d:00.0/numa_node") { // gpu-4: root but no NUMA file
+			delete(s.SysFS, name)
+		}
+	}
+	inv, err := s.Backend().Enumerate(context.Background())
+	if err != nil {
+		t.Fatalf("Enumerate: %v", err)
+	}
+	if d := inv.Devices[2]; d.PCIeRoot != "" || d.NUMANode != nil {
+		t.Errorf("gpu-2 without sysfs entry: pcieRoot %q, numa %v; want neither", d.PCIeRoot, d.NUMANode)
+	}
+	if d := inv.Devices[4]; d.PCIeRoot != "pci0000:97" || d.NUMANode != nil {
+		t.Errorf("gpu-4 without numa_node: pcieRoot %q, numa %v; want pci0000:97 and none", d.PCIeRoot, d.NUMANode)
+	}
+	if d := inv.Devices[3]; d.PCIeRoot != "pci0000:48" || d.NUMANode == nil || *d.NUMANode != 0 {
+		t.Errorf("gpu-3 untouched: pcieRoot %q, numa %v", d.PCIeRoot, d.NUMANode)
+	}
+}
+
+// TestInitShutdown checks that NVML is initialised once however often Enumerate runs, and shut
+// down once.
+func TestInitShutdown(t *testing.T) {
+	s := server(t, "mixed-small")
+	b := s.Backend()
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close before Enumerate: %v", err)
+	}
+	if n := len(s.ShutdownCalls()); n != 0 {
+		t.Errorf("Close before Enumerate called Shutdown %d times", n)
+	}
+	for range 3 {
+		if _, err := b.Enumerate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.InitCalls()); n != 1 {
+		t.Errorf("Init called %d times, want 1", n)
+	}
+	for range 2 {
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.ShutdownCalls()); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+}
+
+func TestInitRetriedAfterFailure(t *testing.T) {
+	s := server(t, "mixed-small")
+	fail := true
+	s.InitFunc = func() nvml.Return {
+		if fail {
+			return nvml.ERROR_DRIVER_NOT_LOADED
+		}
+		return nvml.SUCCESS
+	}
+	b := s.Backend()
+	if _, err := b.Enumerate(context.Background()); err == nil {
+		t.Fatal("Enumerate succeeded while Init fails")
+	}
+	fail = false
+	if _, err := b.Enumerate(context.Background()); err != nil {
+		t.Fatalf("Enumerate after the driver came up: %v", err)
+	}
+}
+
+func TestShutdownError(t *testing.T) {
+	s := server(t, "mixed-small")
+	s.ShutdownFunc = func() nvml.Return { return nvml.ERROR_UNKNOWN }
+	b := s.Backend()
+	if _, err := b.Enumerate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err == nil || !strings.Contains(err.Error(), "Shutdown") {
+		t.Errorf("Close = %v, want an error naming Shutdown", err)
+	}
+}
+
+// TestNewFromSystem runs against the real library loader. On a machine without the NVIDIA
+// driver it must fail with the clear message, not panic; with the driver it must work.
+func TestNewFromSystem(t *testing.T) {
+	b, err := nvmlbackend.NewFromSystem(context.Background(), "/sys", "/dev")
+	if err == nil {
+		defer b.Close()
+		inv, err := b.Enumerate(context.Background())
+		if err != nil {
+			t.Fatalf("NVML is present but Enumerate failed: %v", err)
+		}
+		t.Skipf("NVML present: %d GPUs; the missing-library path cannot be tested here", len(inv.Devices))
+	}
+	if !errors.Is(err, nvmlbackend.ErrLibraryNotFound) && !strings.Contains(err.Error(), "kernel driver") {
+		t.Errorf("NewFromSystem without NVIDIA driver: %v; want ErrLibraryNotFound", err)
+	}
+	t.Logf("NewFromSystem: %v", err)
+}

@@ -1,0 +1,289 @@
+// Package nvmlmock provides mock NVML machines ("profiles") built on go-nvml's function mocks,
+// each with a matching in-memory sysfs and fixed device node numbers, so that the real NVML
+// backend (pkg/backend/nvml) runs unchanged against them: the same NVML calls, the same bus ID
+// normalisation, and the same deviceattribute helpers resolving pcieRoot and numaNode.
+//
+// GPU UUIDs are derived from sha256(nodeName/profile/index): stable across restarts of one node,
+// different between nodes, as real UUIDs are.
+package nvmlmock
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing/fstest"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/stableid"
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
+	"github.com/accel-dra/accel-dra/pkg/device"
+)
+
+// Device numbers of the NVIDIA nodes as the driver registers them: nvidiaN is 195:N, nvidiactl
+// 195:255, nvidia-modeset 195:254. nvidia-uvm's major is allocated dynamically; 508 is a
+// typical value.
+const (
+	nvidiaMajor      = 195
+	nvidiaCtlMinor   = 255
+	nvidiaModesetMin = 254
+	uvmMajor         = 508
+)
+
+// Server is one mock NVML machine. Its embedded *mock.Interface and its Devices are go-nvml
+// function mocks: a test may replace any *Func field (for example to make one call fail) before
+// building a backend with Backend.
+type Server struct {
+	*mock.Interface
+	// Devices are the GPUs by NVML index.
+	Devices []*mock.Device
+	// SysFS is the machine's /sys: bus/pci/devices/<bdf> symlinks into devices/pci<root>/...
+	// and each GPU's vendor, device, class and numa_node files.
+	SysFS fstest.MapFS
+
+	profile profile
+}
+
+// NewServer builds the mock machine of a profile for a node.
+func NewServer(profileName, nodeName string) (*Server, error) {
+	p, ok := lookupProfile(profileName)
+	if !ok {
+		return nil, fmt.Errorf("unknown NVML mock profile %q: valid profiles are %s, or bench-<N> (N GPUs, 1..%d)", profileName, strings.Join(Profiles(), ", "), maxBenchGPUs)
+	}
+	if nodeName == "" {
+		return nil, fmt.Errorf("NVML mock profile %s: node name is required (it makes the GPU UUIDs)", profileName)
+	}
+	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p}
+	for i, g := range p.gpus {
+		s.Devices = append(s.Devices, s.newDevice(i, g, stableid.UUID("GPU", nodeName, profileName, strconv.Itoa(i))))
+		s.addSysfs(g)
+	}
+	s.setInterfaceFuncs()
+	return s, nil
+}
+
+// Backend returns the real NVML backend wired to this mock machine.
+func (s *Server) Backend() *nvmlbackend.Backend {
+	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", nvmlbackend.WithStat(s.Stat))
+}
+
+// Option changes what New builds.
+type Option func(*options)
+
+type options struct {
+	driverVersions map[int]string
+}
+
+// WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
+// tests that one device with a bad version is left out while the others are published. NVML
+// has one driver version per host, so this is applied to the real backend's inventory, not
+// inside the mock.
+func WithDeviceDriverVersion(index int, version string) Option {
+	return func(o *options) {
+		if o.driverVersions == nil {
+			o.driverVersions = map[int]string{}
+		}
+		o.driverVersions[index] = version
+	}
+}
+
+// New returns the real NVML backend over the mock machine of profile for nodeName. An unknown
+// profile is an error that lists the valid ones.
+func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
+	s, err := NewServer(profileName, nodeName)
+	if err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.driverVersions) == 0 {
+		return s.Backend(), nil
+	}
+	return &overrideBackend{Backend: s.Backend(), driverVersions: o.driverVersions}, nil
+}
+
+type overrideBackend struct {
+	device.Backend
+	driverVersions map[int]string
+}
+
+func (b *overrideBackend) Enumerate(ctx context.Context) (*device.Inventory, error) {
+	inv, err := b.Backend.Enumerate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range inv.Devices {
+		if v, ok := b.driverVersions[inv.Devices[i].Index]; ok {
+			inv.Devices[i].DriverVersion = v
+		}
+	}
+	return inv, nil
+}
+
+var deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
+
+// Stat is the nvml.StatFunc of the mock machine: it answers for the machine's device nodes
+// (by base name, wherever the dev root is) with the numbers the NVIDIA driver uses, and
+// fs.ErrNotExist for anything else.
+func (s *Server) Stat(p string) (string, int64, int64, error) {
+	name := path.Base(p)
+	switch name {
+	case "nvidiactl":
+		return "c", nvidiaMajor, nvidiaCtlMinor, nil
+	case "nvidia-uvm":
+		return "c", uvmMajor, 0, nil
+	case "nvidia-uvm-tools":
+		return "c", uvmMajor, 1, nil
+	case "nvidia-modeset":
+		if s.profile.modeset {
+			return "c", nvidiaMajor, nvidiaModesetMin, nil
+		}
+	}
+	if m := deviceNode.FindStringSubmatch(name); m != nil {
+		if minor, err := strconv.Atoi(m[1]); err == nil && minor < len(s.Devices) {
+			return "c", nvidiaMajor, int64(minor), nil
+		}
+	}
+	return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+}
+
+// nvmlBusID is NVML's spelling of a bus ID: 8-digit domain, upper-case hex.
+func nvmlBusID(busID string) string { return strings.ToUpper("0000" + busID) }
+
+func (s *Server) newDevice(index int, g gpu, uuid string) *mock.Device {
+	d := &mock.Device{}
+	m := g.model
+	var dom, bus, dev, fn uint32
+	if _, err := fmt.Sscanf(g.busID, "%x:%x:%x.%x", &dom, &bus, &dev, &fn); err != nil {
+		panic(fmt.Sprintf("nvmlmock: bad bus ID %q in profile: %v", g.busID, err))
+	}
+	pci := nvml.PciInfo{
+		Domain:      dom,
+		Bus:         bus,
+		Device:      dev,
+		PciDeviceId: uint32(m.pciDevice)<<16 | 0x10de,
+	}
+	copy(pci.BusId[:len(pci.BusId)-1], nvmlBusID(g.busID))
+	copy(pci.BusIdLegacy[:len(pci.BusIdLegacy)-1], strings.ToUpper(g.busID))
+
+	d.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
+	d.GetMinorNumberFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
+	d.GetUUIDFunc = func() (string, nvml.Return) { return uuid, nvml.SUCCESS }
+	d.GetNameFunc = func() (string, nvml.Return) { return m.name, nvml.SUCCESS }
+	d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return nvml.BRAND_NVIDIA, nvml.SUCCESS }
+	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return m.arch, nvml.SUCCESS }
+	d.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return m.ccMajor, m.ccMinor, nvml.SUCCESS }
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		return nvml.Memory{Total: m.memory, Free: m.memory}, nvml.SUCCESS
+	}
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return pci, nvml.SUCCESS }
+	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+		if g.numa < 0 {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return g.numa, nvml.SUCCESS
+	}
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		if !m.mig {
+			return 0, 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
+	}
+	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+		j := s.indexOf(other)
+		if j < 0 {
+			return 0, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return commonAncestor(g, s.profile.gpus[j], index == j), nvml.SUCCESS
+	}
+	return d
+}
+
+func (s *Server) indexOf(d nvml.Device) int {
+	for i, x := range s.Devices {
+		if nvml.Device(x) == d {
+			return i
+		}
+	}
+	return -1
+}
+
+// commonAncestor is NVML's topology level between two GPUs, from their places in the tree.
+func commonAncestor(a, b gpu, same bool) nvml.GpuTopologyLevel {
+	switch {
+	case same:
+		return nvml.TOPOLOGY_INTERNAL
+	case a.root == b.root && len(a.bridges) > 1 && len(a.bridges) == len(b.bridges) &&
+		strings.Join(a.bridges[:len(a.bridges)-1], "/") == strings.Join(b.bridges[:len(b.bridges)-1], "/"):
+		return nvml.TOPOLOGY_SINGLE
+	case a.root == b.root && len(a.bridges) > 0 && len(b.bridges) > 0 && a.bridges[0] == b.bridges[0]:
+		return nvml.TOPOLOGY_MULTIPLE
+	case a.root == b.root:
+		return nvml.TOPOLOGY_HOSTBRIDGE
+	case a.numa >= 0 && a.numa == b.numa:
+		return nvml.TOPOLOGY_NODE
+	default:
+		return nvml.TOPOLOGY_SYSTEM
+	}
+}
+
+func (s *Server) setInterfaceFuncs() {
+	p := s.profile
+	s.InitFunc = func() nvml.Return { return nvml.SUCCESS }
+	s.ShutdownFunc = func() nvml.Return { return nvml.SUCCESS }
+	s.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
+	s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return p.driverVersion, nvml.SUCCESS }
+	s.SystemGetNVMLVersionFunc = func() (string, nvml.Return) { return "12." + p.driverVersion, nvml.SUCCESS }
+	s.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) { return p.cudaDriverVersion, nvml.SUCCESS }
+	s.DeviceGetCountFunc = func() (int, nvml.Return) { return len(s.Devices), nvml.SUCCESS }
+	s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i < 0 || i >= len(s.Devices) {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return s.Devices[i], nvml.SUCCESS
+	}
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		for _, d := range s.Devices {
+			if u, _ := d.GetUUID(); u == uuid {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	s.DeviceGetHandleByPciBusIdFunc = func(busID string) (nvml.Device, nvml.Return) {
+		for i, g := range p.gpus {
+			if strings.EqualFold(busID, g.busID) || strings.EqualFold(busID, nvmlBusID(g.busID)) {
+				return s.Devices[i], nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	s.DeviceGetTopologyCommonAncestorFunc = func(a, b nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+		return a.GetTopologyCommonAncestor(b)
+	}
+}
+
+// addSysfs adds a GPU to the synthetic sysfs as the kernel lays it out: the device directory
+// sits under its root complex and bridges in devices/, and bus/pci/devices/<bdf> is a relative
+// symlink to it.
+func (s *Server) addSysfs(g gpu) {
+	dir := path.Join(append(append([]string{"devices", g.root}, g.bridges...), g.busID)...)
+	s.SysFS[path.Join("bus/pci/devices", g.busID)] = &fstest.MapFile{
+		Data: []byte("../../../" + dir),
+		Mode: fs.ModeSymlink | 0o777,
+	}
+	file := func(name, content string) {
+		s.SysFS[path.Join(dir, name)] = &fstest.MapFile{Data: []byte(content + "\n"), Mode: 0o444}
+	}
+	file("vendor", "0x10de")
+	file("device", fmt.Sprintf("0x%04x", g.model.pciDevice))
+	file("class", "0x030200") // 3D controller, as data-centre GPUs report
+	file("numa_node", strconv.Itoa(g.numa))
+}

@@ -1,0 +1,179 @@
+package nvmlmock
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// model is one GPU product as NVML reports it.
+type model struct {
+	name    string
+	arch    nvml.DeviceArchitecture
+	ccMajor int
+	ccMinor int
+	memory  uint64
+	// pciDevice is the PCI device ID (vendor 0x10de), for the synthetic sysfs and PciInfo.
+	pciDevice uint16
+	mig       bool
+}
+
+const gib = 1 << 30
+
+var (
+	a100SXM40 = model{name: "NVIDIA A100-SXM4-40GB", arch: nvml.DEVICE_ARCH_AMPERE, ccMajor: 8, ccMinor: 0, memory: 40 * gib, pciDevice: 0x20b0, mig: true}
+	h100SXM80 = model{name: "NVIDIA H100 80GB HBM3", arch: nvml.DEVICE_ARCH_HOPPER, ccMajor: 9, ccMinor: 0, memory: 80 * gib, pciDevice: 0x2330, mig: true}
+	l4        = model{name: "NVIDIA L4", arch: nvml.DEVICE_ARCH_ADA, ccMajor: 8, ccMinor: 9, memory: 24 * gib, pciDevice: 0x27b8}
+	t4        = model{name: "Tesla T4", arch: nvml.DEVICE_ARCH_TURING, ccMajor: 7, ccMinor: 5, memory: 16 * gib, pciDevice: 0x1eb8}
+)
+
+// gpu places one GPU in the PCI tree.
+type gpu struct {
+	model model
+	// busID is the sysfs form, "0000:1b:00.0".
+	busID string
+	// root is the PCIe root complex directory under /sys/devices, "pci0000:15".
+	root string
+	// bridges are the bridge functions between the root and the GPU (root port, switch
+	// upstream port, switch downstream port), outermost first; GPUs with the same bridges up to
+	// their last one sit behind the same PCIe switch.
+	bridges []string
+	// numa is the content of numa_node; -1 means no affinity.
+	numa int
+}
+
+// profile is one mock machine.
+type profile struct {
+	description       string
+	driverVersion     string
+	cudaDriverVersion int
+	// modeset says whether /dev/nvidia-modeset exists (the display driver is loaded).
+	modeset bool
+	gpus    []gpu
+}
+
+// Driver 570.124.06 ships CUDA 12.8; NVML reports the CUDA version as 1000*major + 10*minor.
+const (
+	driverVersion     = "570.124.06"
+	cudaDriverVersion = 12080
+)
+
+var profiles = map[string]profile{
+	// DGX A100: two AMD EPYC 7742 in NPS1 mode (one NUMA node per socket), each with four PCIe
+	// root complexes of which two carry a PCIe switch with a pair of GPUs. The bus IDs are those
+	// of a real DGX A100.
+	"a100-8x": {
+		description:       "8x NVIDIA A100-SXM4-40GB (DGX A100): pairs behind one PCIe switch, 4 root complexes, NUMA 0 (gpu-0..3) and 1 (gpu-4..7)",
+		driverVersion:     driverVersion,
+		cudaDriverVersion: cudaDriverVersion,
+		modeset:           true,
+		gpus: []gpu{
+			{model: a100SXM40, busID: "0000:07:00.0", root: "pci0000:00", bridges: []string{"0000:00:01.1", "0000:01:00.0", "0000:02:04.0"}, numa: 0},
+			{model: a100SXM40, busID: "0000:0f:00.0", root: "pci0000:00", bridges: []string{"0000:00:01.1", "0000:01:00.0", "0000:02:0c.0"}, numa: 0},
+			{model: a100SXM40, busID: "0000:47:00.0", root: "pci0000:40", bridges: []string{"0000:40:01.1", "0000:41:00.0", "0000:42:04.0"}, numa: 0},
+			{model: a100SXM40, busID: "0000:4e:00.0", root: "pci0000:40", bridges: []string{"0000:40:01.1", "0000:41:00.0", "0000:42:0c.0"}, numa: 0},
+			{model: a100SXM40, busID: "0000:87:00.0", root: "pci0000:80", bridges: []string{"0000:80:01.1", "0000:81:00.0", "0000:82:04.0"}, numa: 1},
+			{model: a100SXM40, busID: "0000:90:00.0", root: "pci0000:80", bridges: []string{"0000:80:01.1", "0000:81:00.0", "0000:82:0c.0"}, numa: 1},
+			{model: a100SXM40, busID: "0000:b7:00.0", root: "pci0000:a0", bridges: []string{"0000:a0:03.1", "0000:a1:00.0", "0000:a2:04.0"}, numa: 1},
+			{model: a100SXM40, busID: "0000:bd:00.0", root: "pci0000:a0", bridges: []string{"0000:a0:03.1", "0000:a1:00.0", "0000:a2:0c.0"}, numa: 1},
+		},
+	},
+	// DGX H100: two Xeon 8480C (Sapphire Rapids), one NUMA node per socket. The bus IDs are those
+	// of a real DGX H100; each GPU sits behind its own PCIe switch, two switches per root
+	// complex (pci0000:15 and pci0000:48 on socket 0, pci0000:97 and pci0000:c7 on socket 1).
+	"h100-8x-2numa": {
+		description:       "8x NVIDIA H100 80GB HBM3 (DGX H100): NUMA 0 = gpu-0..3 under pci0000:15 and pci0000:48, NUMA 1 = gpu-4..7 under pci0000:97 and pci0000:c7",
+		driverVersion:     driverVersion,
+		cudaDriverVersion: cudaDriverVersion,
+		modeset:           true,
+		gpus: []gpu{
+			{model: h100SXM80, busID: "0000:1b:00.0", root: "pci0000:15", bridges: []string{"0000:15:01.0", "0000:16:00.0", "0000:17:01.0"}, numa: 0},
+			{model: h100SXM80, busID: "0000:43:00.0", root: "pci0000:15", bridges: []string{"0000:15:05.0", "0000:41:00.0", "0000:42:00.0"}, numa: 0},
+			{model: h100SXM80, busID: "0000:52:00.0", root: "pci0000:48", bridges: []string{"0000:48:01.0", "0000:50:00.0", "0000:51:00.0"}, numa: 0},
+			{model: h100SXM80, busID: "0000:61:00.0", root: "pci0000:48", bridges: []string{"0000:48:05.0", "0000:5f:00.0", "0000:60:00.0"}, numa: 0},
+			{model: h100SXM80, busID: "0000:9d:00.0", root: "pci0000:97", bridges: []string{"0000:97:01.0", "0000:9b:00.0", "0000:9c:00.0"}, numa: 1},
+			{model: h100SXM80, busID: "0000:c3:00.0", root: "pci0000:97", bridges: []string{"0000:97:05.0", "0000:c1:00.0", "0000:c2:00.0"}, numa: 1},
+			{model: h100SXM80, busID: "0000:d1:00.0", root: "pci0000:c7", bridges: []string{"0000:c7:01.0", "0000:cf:00.0", "0000:d0:00.0"}, numa: 1},
+			{model: h100SXM80, busID: "0000:df:00.0", root: "pci0000:c7", bridges: []string{"0000:c7:05.0", "0000:dd:00.0", "0000:de:00.0"}, numa: 1},
+		},
+	},
+	// A small mixed box: an L4 in a root port on NUMA 0, and a T4 passed through on a second PCI
+	// domain (as hypervisors such as Hyper-V present it) whose numa_node is -1, so that it has no
+	// numaNode. No nvidia-modeset, as on headless hosts without the display driver.
+	"mixed-small": {
+		description:       "1x NVIDIA L4 (Ada, NUMA 0) + 1x Tesla T4 (Turing, PCI domain 0001, no NUMA node); no nvidia-modeset",
+		driverVersion:     driverVersion,
+		cudaDriverVersion: cudaDriverVersion,
+		gpus: []gpu{
+			{model: l4, busID: "0000:01:00.0", root: "pci0000:00", bridges: []string{"0000:00:01.0"}, numa: 0},
+			{model: t4, busID: "0001:00:04.0", root: "pci0001:00", numa: -1},
+		},
+	},
+	// The mixed-small machine with a driver version that cannot be made semver, for tests of the
+	// layer that publishes driverVersion and must leave such devices out.
+	"broken-driver-version": {
+		description:       "mixed-small with the driver version \"bad-version\", which is not semver",
+		driverVersion:     "bad-version",
+		cudaDriverVersion: cudaDriverVersion,
+		gpus: []gpu{
+			{model: l4, busID: "0000:01:00.0", root: "pci0000:00", bridges: []string{"0000:00:01.0"}, numa: 0},
+			{model: t4, busID: "0001:00:04.0", root: "pci0001:00", numa: -1},
+		},
+	},
+}
+
+// Profiles returns the names of the mock profiles, sorted.
+func Profiles() []string {
+	names := make([]string, 0, len(profiles))
+	for n := range profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Describe returns a one-line description of a profile, "" if unknown.
+func Describe(name string) string {
+	p, _ := lookupProfile(name)
+	return p.description
+}
+
+// maxBenchGPUs bounds the synthetic profiles; 4096 devices is 32 ResourceSlices.
+const maxBenchGPUs = 4096
+
+func lookupProfile(name string) (profile, bool) {
+	if p, ok := profiles[name]; ok {
+		return p, true
+	}
+	if rest, ok := strings.CutPrefix(name, "bench-"); ok {
+		n, err := strconv.Atoi(rest)
+		if err == nil && n >= 1 && n <= maxBenchGPUs && strconv.Itoa(n) == rest {
+			return benchProfile(n), true
+		}
+	}
+	return profile{}, false
+}
+
+// benchProfile is a synthetic machine of n L4s, for benchmarks that need more devices than a real
+// server has (a thousand claims prepared at once each need a device of their own). It is not
+// listed by Profiles: no real node looks like it. 128 GPUs share a root complex, 512 a NUMA node.
+func benchProfile(n int) profile {
+	p := profile{
+		description:       fmt.Sprintf("synthetic: %dx NVIDIA L4, 128 per PCIe root complex, 512 per NUMA node (for benchmarks)", n),
+		driverVersion:     driverVersion,
+		cudaDriverVersion: cudaDriverVersion,
+	}
+	for i := 0; i < n; i++ {
+		root := i / 128
+		p.gpus = append(p.gpus, gpu{
+			model: l4,
+			busID: fmt.Sprintf("%04x:%02x:%02x.0", root, 1+(i%128)/32, i%32),
+			root:  fmt.Sprintf("pci%04x:00", root),
+			numa:  i / 512,
+		})
+	}
+	return p
+}

@@ -1,0 +1,481 @@
+package cdi
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+const claimUID = "0e5b6a3c-7f3e-4a59-9d0a-3b1c2d4e5f60"
+
+// Mock devices: their nodes do not exist on the test host, which is the point: type, major and
+// minor come from the spec, as with the mock backends.
+func gpu(i int) device.Device {
+	return device.Device{
+		Name:  device.NameFor(device.KindGPU, i),
+		Kind:  device.KindGPU,
+		Index: i,
+		UUID:  fmt.Sprintf("GPU-%08d-aaaa-bbbb-cccc-dddddddddddd", i),
+		Nodes: []device.Node{{Path: fmt.Sprintf("/dev/nvidia%d", i), HostPath: fmt.Sprintf("/var/lib/mock/dev/nvidia%d", i), Type: "c", Major: 195, Minor: int64(i)}},
+	}
+}
+
+func npu(i int) device.Device {
+	return device.Device{
+		Name:  device.NameFor(device.KindNPU, i),
+		Kind:  device.KindNPU,
+		Index: i,
+		UUID:  fmt.Sprintf("NPU-%d", i),
+		Nodes: []device.Node{{Path: fmt.Sprintf("/dev/davinci%d", i), Type: "c", Major: 236, Minor: int64(i)}},
+	}
+}
+
+var (
+	gpuControl = []device.Node{
+		{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255},
+		{Path: "/dev/nvidia-uvm", Type: "c", Major: 510, Minor: 0},
+		{Path: "/dev/nvidia-uvm-tools", Type: "c", Major: 510, Minor: 1},
+	}
+	npuControl = []device.Node{
+		{Path: "/dev/davinci_manager", Type: "c", Major: 237, Minor: 0},
+		{Path: "/dev/devmm_svm", Type: "c", Major: 238, Minor: 0},
+		{Path: "/dev/hisi_hdc", Type: "c", Major: 239, Minor: 0},
+	}
+)
+
+type buildCase struct {
+	kind    device.Kind
+	devs    []device.Device
+	control []device.Node
+	env     []string
+}
+
+var goldenCases = map[string]buildCase{
+	"gpu-1": {kind: device.KindGPU, devs: []device.Device{gpu(3)}, control: gpuControl,
+		env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"}},
+	// Given out of order: the spec lists devices and UUIDs by index.
+	"gpu-2": {kind: device.KindGPU, devs: []device.Device{gpu(5), gpu(1)}, control: gpuControl,
+		env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility,video"}},
+	"npu-1": {kind: device.KindNPU, devs: []device.Device{npu(2)}, control: npuControl,
+		env: []string{"ASCEND_RUNTIME_OPTIONS=NODRV"}},
+}
+
+func TestGoldenSpecs(t *testing.T) {
+	for name, tc := range goldenCases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := New(dir, tc.kind)
+			spec, err := w.Build(claimUID, tc.devs, tc.control, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(claimUID, spec); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(w.Path(claimUID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".json")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("spec differs from %s (-want +got):\n%s", golden, diff)
+			}
+			if names := dirNames(t, dir); len(names) != 1 {
+				t.Errorf("directory holds %v, want only the spec", names)
+			}
+		})
+	}
+}
+
+// TestInject applies written specs to an OCI spec through the CDI library exactly as a container
+// runtime does: a cache over the spec directory, InjectDevices with the IDs the kubelet passes.
+func TestInject(t *testing.T) {
+	type wantDev struct {
+		Path         string
+		Type         string
+		Major, Minor int64
+	}
+	tests := map[string]struct {
+		buildCase
+		inject  []string // device names; all of the claim's when nil
+		wantDev []wantDev
+		wantEnv []string
+	}{
+		"one gpu": {
+			buildCase: goldenCases["gpu-1"],
+			wantDev: []wantDev{
+				{"/dev/nvidiactl", "c", 195, 255},
+				{"/dev/nvidia-uvm", "c", 510, 0},
+				{"/dev/nvidia-uvm-tools", "c", 510, 1},
+				{"/dev/nvidia3", "c", 195, 3},
+			},
+			wantEnv: []string{
+				"PATH=/usr/bin",
+				"NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+				"NVIDIA_VISIBLE_DEVICES=GPU-00000003-aaaa-bbbb-cccc-dddddddddddd",
+			},
+		},
+		"two gpus": {
+			buildCase: goldenCases["gpu-2"],
+			// The runtime applies the spec-wide edits, then each device's in the order asked.
+			wantDev: []wantDev{
+				{"/dev/nvidiactl", "c", 195, 255},
+				{"/dev/nvidia-uvm", "c", 510, 0},
+				{"/dev/nvidia-uvm-tools", "c", 510, 1},
+				{"/dev/nvidia5", "c", 195, 5},
+				{"/dev/nvidia1", "c", 195, 1},
+			},
+			wantEnv: []string{
+				"PATH=/usr/bin",
+				"NVIDIA_DRIVER_CAPABILITIES=compute,utility,video",
+				"NVIDIA_VISIBLE_DEVICES=GPU-00000001-aaaa-bbbb-cccc-dddddddddddd,GPU-00000005-aaaa-bbbb-cccc-dddddddddddd",
+			},
+		},
+		"one npu": {
+			buildCase: goldenCases["npu-1"],
+			wantDev: []wantDev{
+				{"/dev/davinci_manager", "c", 237, 0},
+				{"/dev/devmm_svm", "c", 238, 0},
+				{"/dev/hisi_hdc", "c", 239, 0},
+				{"/dev/davinci2", "c", 236, 2},
+			},
+			wantEnv: []string{
+				"PATH=/usr/bin",
+				"ASCEND_RUNTIME_OPTIONS=NODRV",
+				"ASCEND_VISIBLE_DEVICES=2",
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := New(dir, tc.kind)
+			spec, err := w.Build(claimUID, tc.devs, tc.control, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(claimUID, spec); err != nil {
+				t.Fatal(err)
+			}
+			// Another claim's spec in the same directory must not interfere.
+			other := New(dir, tc.kind)
+			otherSpec, err := other.Build("11111111-2222-3333-4444-555555555555", tc.devs, tc.control, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Write("11111111-2222-3333-4444-555555555555", otherSpec); err != nil {
+				t.Fatal(err)
+			}
+
+			cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := cache.GetErrors(); len(errs) != 0 {
+				t.Fatalf("CDI cache errors: %v", errs)
+			}
+			var ids []string
+			for _, d := range tc.devs {
+				ids = append(ids, DeviceID(tc.kind, claimUID, d.Name))
+			}
+			ociSpec := &oci.Spec{
+				Process: &oci.Process{Env: []string{"PATH=/usr/bin"}},
+				Linux:   &oci.Linux{},
+			}
+			unresolved, err := cache.InjectDevices(ociSpec, ids...)
+			if err != nil {
+				t.Fatalf("InjectDevices(%v): %v (unresolved %v)", ids, err, unresolved)
+			}
+
+			var gotDev []wantDev
+			for _, d := range ociSpec.Linux.Devices {
+				gotDev = append(gotDev, wantDev{d.Path, d.Type, d.Major, d.Minor})
+			}
+			if diff := cmp.Diff(tc.wantDev, gotDev); diff != "" {
+				t.Errorf("linux devices (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantEnv, ociSpec.Process.Env); diff != "" {
+				t.Errorf("process env (-want +got):\n%s", diff)
+			}
+			// Each node is allowed in the device cgroup with the permissions of the spec.
+			if got, want := len(ociSpec.Linux.Resources.Devices), len(tc.wantDev); got != want {
+				t.Fatalf("%d cgroup device rules, want %d", got, want)
+			}
+			for _, r := range ociSpec.Linux.Resources.Devices {
+				if !r.Allow || r.Access != "rw" {
+					t.Errorf("cgroup rule %+v: want allow rw", r)
+				}
+			}
+		})
+	}
+}
+
+func TestDeviceID(t *testing.T) {
+	if got, want := DeviceID(device.KindGPU, claimUID, "gpu-3"), "accel-dra.io/gpu="+claimUID+"-gpu-3"; got != want {
+		t.Errorf("DeviceID = %q, want %q", got, want)
+	}
+	if got, want := DeviceID(device.KindNPU, claimUID, "npu-0"), "accel-dra.io/npu="+claimUID+"-npu-0"; got != want {
+		t.Errorf("DeviceID = %q, want %q", got, want)
+	}
+}
+
+// TestInvalid: bad input is refused by Build or by Write's validation, and nothing appears in the
+// directory either way.
+func TestInvalid(t *testing.T) {
+	withNode := func(n device.Node) []device.Device {
+		d := gpu(0)
+		d.Nodes = []device.Node{n}
+		return []device.Device{d}
+	}
+	tests := map[string]struct {
+		kind    device.Kind
+		uid     string
+		devs    []device.Device
+		control []device.Node
+		env     []string
+		wantErr string
+	}{
+		"device node without path": {
+			devs:    withNode(device.Node{Type: "c", Major: 195}),
+			wantErr: "invalid (empty) device path",
+		},
+		"control node without path": {
+			devs:    []device.Device{gpu(0)},
+			control: []device.Node{{Type: "c", Major: 195, Minor: 255}},
+			wantErr: "invalid (empty) device path",
+		},
+		"bad node type": {
+			devs:    withNode(device.Node{Path: "/dev/nvidia0", Type: "x", Major: 195}),
+			wantErr: `invalid type "x"`,
+		},
+		"env without =": {
+			devs:    []device.Device{gpu(0)},
+			env:     []string{"NVIDIA_DRIVER_CAPABILITIES"},
+			wantErr: `invalid environment variable "NVIDIA_DRIVER_CAPABILITIES"`,
+		},
+		"env with empty name": {
+			devs:    []device.Device{gpu(0)},
+			env:     []string{"=x"},
+			wantErr: `invalid environment variable "=x"`,
+		},
+		"env overrides visible devices": {
+			devs:    []device.Device{gpu(0)},
+			env:     []string{"NVIDIA_VISIBLE_DEVICES=all"},
+			wantErr: "NVIDIA_VISIBLE_DEVICES set twice",
+		},
+		"no devices": {
+			wantErr: "no devices",
+		},
+		"device without nodes": {
+			devs:    func() []device.Device { d := gpu(0); d.Nodes = nil; return []device.Device{d} }(),
+			wantErr: "has no device nodes",
+		},
+		"gpu without uuid": {
+			devs:    func() []device.Device { d := gpu(0); d.UUID = ""; return []device.Device{d} }(),
+			wantErr: "has no UUID",
+		},
+		"wrong kind": {
+			kind:    device.KindNPU,
+			devs:    []device.Device{gpu(0)},
+			wantErr: "device gpu-0 is a gpu, this writer is for npu",
+		},
+		"bad claim UID": {
+			uid:     "-",
+			devs:    []device.Device{gpu(0)},
+			wantErr: "claim UID",
+		},
+		"claim UID with slash": {
+			uid:     "../etc",
+			devs:    []device.Device{gpu(0)},
+			wantErr: "claim UID",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if tc.kind == "" {
+				tc.kind = device.KindGPU
+			}
+			uid := claimUID
+			if tc.uid != "" {
+				uid = tc.uid
+			}
+			dir := t.TempDir()
+			w := New(dir, tc.kind)
+			spec, err := w.Build(uid, tc.devs, tc.control, tc.env)
+			if err == nil {
+				err = w.Write(uid, spec)
+			}
+			if err == nil {
+				t.Fatal("want error")
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %q does not contain %q", err, tc.wantErr)
+			}
+			if validateUID(uid) == nil && !strings.Contains(err.Error(), uid) {
+				t.Errorf("error %q does not name the claim", err)
+			}
+			if names := dirNames(t, dir); len(names) != 0 {
+				t.Errorf("files written: %v", names)
+			}
+		})
+	}
+}
+
+func TestWriteRejectsForeignSpec(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := New(dir, device.KindNPU).Build(claimUID, []device.Device{npu(0)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := New(dir, device.KindGPU).Write(claimUID, spec); err == nil {
+		t.Error("GPU writer wrote an NPU spec")
+	}
+	if err := New(dir, device.KindGPU).Write(claimUID, nil); err == nil {
+		t.Error("Write(nil): want error")
+	}
+	if names := dirNames(t, dir); len(names) != 0 {
+		t.Errorf("files written: %v", names)
+	}
+}
+
+func TestRemoveExistsList(t *testing.T) {
+	dir := t.TempDir()
+	gpus, npus := New(dir, device.KindGPU), New(dir, device.KindNPU)
+	if uids, err := New(filepath.Join(dir, "missing"), device.KindGPU).List(); err != nil || len(uids) != 0 {
+		t.Errorf("List of missing dir = %v, %v; want none, nil", uids, err)
+	}
+	uids := []string{"b-2", "a", "a-b", "c"}
+	for _, uid := range uids {
+		spec, err := gpus.Build(uid, []device.Device{gpu(0)}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gpus.Write(uid, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := npus.Build("n", []device.Device{npu(0)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := npus.Write("n", spec); err != nil {
+		t.Fatal(err)
+	}
+	// Noise: another vendor's spec, a leftover temporary file, a directory.
+	writeFile(t, filepath.Join(dir, "nvidia.com-gpu.yaml"), "x")
+	writeFile(t, filepath.Join(dir, ".accel-dra.io-gpu_z.123.tmp"), "x")
+	if err := os.Mkdir(filepath.Join(dir, "accel-dra.io-gpu_d.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	list := func(w *Writer) []string {
+		t.Helper()
+		got, err := w.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if diff := cmp.Diff([]string{"a", "a-b", "b-2", "c"}, list(gpus)); diff != "" {
+		t.Errorf("GPU List (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"n"}, list(npus)); diff != "" {
+		t.Errorf("NPU List (-want +got):\n%s", diff)
+	}
+	if !gpus.Exists("a") || gpus.Exists("n") || npus.Exists("a") || gpus.Exists("../x") {
+		t.Error("Exists reports wrong")
+	}
+	for i := 0; i < 2; i++ { // idempotent
+		if err := gpus.Remove("a"); err != nil {
+			t.Fatalf("Remove #%d: %v", i+1, err)
+		}
+	}
+	if gpus.Exists("a") {
+		t.Error("spec still exists after Remove")
+	}
+	if diff := cmp.Diff([]string{"a-b", "b-2", "c"}, list(gpus)); diff != "" {
+		t.Errorf("GPU List after Remove (-want +got):\n%s", diff)
+	}
+	if err := gpus.Remove("../x"); err == nil {
+		t.Error("Remove(../x): want error")
+	}
+}
+
+func TestWriteReplaces(t *testing.T) {
+	dir := t.TempDir()
+	w := New(dir, device.KindGPU)
+	for _, env := range [][]string{{"A=1"}, {"A=2"}} {
+		spec, err := w.Build(claimUID, []device.Device{gpu(0)}, nil, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(claimUID, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := cdiapi.ReadSpec(w.Path(claimUID), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"A=2", "NVIDIA_VISIBLE_DEVICES=GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"}, got.ContainerEdits.Env); diff != "" {
+		t.Errorf("env after rewrite (-want +got):\n%s", diff)
+	}
+	if names := dirNames(t, dir); len(names) != 1 {
+		t.Errorf("directory holds %v, want one spec", names)
+	}
+}
+
+func BenchmarkWrite(b *testing.B) {
+	w := New(b.TempDir(), device.KindGPU)
+	spec, err := w.Build(claimUID, []device.Device{gpu(0), gpu(1)}, gpuControl, []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := w.Write(claimUID, spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}

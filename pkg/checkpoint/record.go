@@ -1,0 +1,199 @@
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+const (
+	// APIVersion and RecordKind identify the on-disk format. A reader refuses any other
+	// apiVersion rather than guess: a record it cannot interpret is moved aside, never trusted.
+	APIVersion = "checkpoint.accel-dra.io/v1"
+	RecordKind = "PreparedClaim"
+
+	checksumPrefix = "sha256:"
+)
+
+// State is how far a claim's preparation got. A claim is recorded as PrepareStarted before any
+// side effect (CDI spec) is made, so that after a crash the plugin knows what it may have to
+// undo; it becomes PrepareCompleted once everything the kubelet was told about exists.
+type State string
+
+const (
+	StatePrepareStarted   State = "PrepareStarted"
+	StatePrepareCompleted State = "PrepareCompleted"
+)
+
+// Claim is what the plugin remembers about one prepared ResourceClaim.
+type Claim struct {
+	UID       string           `json:"uid"`
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	State     State            `json:"state"`
+	Devices   []PreparedDevice `json:"devices"`
+	// Env is the environment the claim's CDI spec was given, so that a spec lost from the CDI
+	// directory can be re-created exactly without re-reading the claim's configuration.
+	Env []string `json:"env"`
+}
+
+// PreparedDevice is one allocated device of a claim and the CDI IDs handed to the kubelet for it.
+type PreparedDevice struct {
+	Request      string   `json:"request"`
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+}
+
+// record is the file format. Claim stays raw while decoding so that the checksum can be checked
+// against the claim's canonical encoding, independent of how the file happens to be formatted.
+type record struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	BootID     string          `json:"bootID"`
+	Checksum   string          `json:"checksum"`
+	Claim      json.RawMessage `json:"claim"`
+}
+
+// checksummed is what the checksum covers: the claim and the boot it belongs to, so that a record
+// cannot be moved to another boot by editing bootID alone.
+type checksummed struct {
+	BootID string `json:"bootID"`
+	Claim  *Claim `json:"claim"`
+}
+
+// validate checks what the rest of the plugin relies on: a UID usable as a file name and a
+// known state.
+func (c *Claim) validate() error {
+	if err := validateUID(c.UID); err != nil {
+		return err
+	}
+	switch c.State {
+	case StatePrepareStarted, StatePrepareCompleted:
+	default:
+		return fmt.Errorf("claim %s: unknown state %q", c.UID, c.State)
+	}
+	return nil
+}
+
+// validateUID accepts what Kubernetes generates (UUIDs) and anything else that is a plain,
+// portable file name, because the UID becomes `<uid>.json`.
+func validateUID(uid string) error {
+	if uid == "" {
+		return errors.New("empty claim UID")
+	}
+	if len(uid) > 128 {
+		return fmt.Errorf("claim UID %.20q...: longer than 128 characters", uid)
+	}
+	for i := 0; i < len(uid); i++ {
+		c := uid[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '-' || c == '_' || c == '.'):
+		default:
+			return fmt.Errorf("claim UID %q: character %q not allowed", uid, c)
+		}
+	}
+	return nil
+}
+
+func checksum(bootID string, c *Claim) (canonicalClaim []byte, sum string, err error) {
+	canonicalClaim, err = json.Marshal(c)
+	if err != nil {
+		return nil, "", err
+	}
+	// Marshalling the wrapper re-encodes the claim; it is small, and keeping one definition of
+	// "canonical" (encoding/json of the Go types) beats hand-splicing bytes.
+	body, err := json.Marshal(checksummed{BootID: bootID, Claim: c})
+	if err != nil {
+		return nil, "", err
+	}
+	h := sha256.Sum256(body)
+	return canonicalClaim, checksumPrefix + hex.EncodeToString(h[:]), nil
+}
+
+// encodeRecord renders a claim as the bytes of its record file.
+func encodeRecord(bootID string, c *Claim) ([]byte, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	claimJSON, sum, err := checksum(bootID, c)
+	if err != nil {
+		return nil, fmt.Errorf("encoding claim %s: %w", c.UID, err)
+	}
+	out, err := json.Marshal(record{
+		APIVersion: APIVersion,
+		Kind:       RecordKind,
+		BootID:     bootID,
+		Checksum:   sum,
+		Claim:      claimJSON,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding claim %s: %w", c.UID, err)
+	}
+	return append(out, '\n'), nil
+}
+
+// decodeRecord parses and verifies a record file. Any error means the record must not be
+// trusted.
+func decodeRecord(data []byte) (bootID string, c Claim, err error) {
+	// Look at the version first, loosely, so that a record from a newer plugin is reported as
+	// such rather than as "unknown field".
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return "", Claim{}, fmt.Errorf("not a checkpoint record: %w", err)
+	}
+	if head.APIVersion != APIVersion {
+		return "", Claim{}, fmt.Errorf("unsupported apiVersion %q, want %q", head.APIVersion, APIVersion)
+	}
+	if head.Kind != RecordKind {
+		return "", Claim{}, fmt.Errorf("unsupported kind %q, want %q", head.Kind, RecordKind)
+	}
+
+	var rec record
+	if err := strictUnmarshal(data, &rec); err != nil {
+		return "", Claim{}, fmt.Errorf("decoding record: %w", err)
+	}
+	if len(rec.Claim) == 0 || bytes.Equal(rec.Claim, []byte("null")) {
+		return "", Claim{}, errors.New("record has no claim")
+	}
+	if err := strictUnmarshal(rec.Claim, &c); err != nil {
+		return "", Claim{}, fmt.Errorf("decoding claim: %w", err)
+	}
+	if !strings.HasPrefix(rec.Checksum, checksumPrefix) {
+		return "", Claim{}, fmt.Errorf("checksum %q is not %s<hex>", rec.Checksum, checksumPrefix)
+	}
+	_, sum, err := checksum(rec.BootID, &c)
+	if err != nil {
+		return "", Claim{}, err
+	}
+	if sum != rec.Checksum {
+		return "", Claim{}, fmt.Errorf("checksum mismatch: record says %s, content is %s", rec.Checksum, sum)
+	}
+	if err := c.validate(); err != nil {
+		return "", Claim{}, err
+	}
+	return rec.BootID, c, nil
+}
+
+// strictUnmarshal rejects unknown fields and trailing data: a record is written in one piece by
+// one writer, so anything else is damage.
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after JSON object")
+	}
+	return nil
+}
