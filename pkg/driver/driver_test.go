@@ -54,6 +54,7 @@ type env struct {
 	events  *eventLog
 	metrics *metrics.Plugin
 	boot    string
+	driver  string // default driverName
 }
 
 type eventLog struct{ msgs []string }
@@ -75,10 +76,13 @@ func (e *env) start() *ReconcileReport {
 		e.t.Fatal(err)
 	}
 	e.events = &eventLog{}
-	e.metrics = metrics.NewPlugin(driverName)
+	if e.driver == "" {
+		e.driver = driverName
+	}
+	e.metrics = metrics.NewPlugin(e.driver)
 	e.drv, err = New(e.ctx, Options{
-		DriverName: driverName, NodeName: nodeName, Inventory: e.inv,
-		CDI: cdi.New(e.cdiDir(), device.KindGPU), State: store, Metrics: e.metrics, Kube: e.kube, Events: e.events,
+		DriverName: e.driver, NodeName: nodeName, Inventory: e.inv,
+		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Kube: e.kube, Events: e.events,
 	})
 	if err != nil {
 		e.t.Fatal(err)
