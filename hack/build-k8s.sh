@@ -14,12 +14,20 @@ cache=${ACCEL_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra}
 bindir="$cache/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
 components=(kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
 
-complete=1
-for c in "${components[@]}" etcd; do [ -x "$bindir/$c" ] || complete=0; done
-if [ $complete = 1 ]; then echo "$bindir"; exit 0; fi
+complete() {
+  for c in "${components[@]}" etcd; do [ -x "$bindir/$c" ] || return 1; done
+}
+if complete; then echo "$bindir"; exit 0; fi
 
 log() { echo "build-k8s: $*" >&2; }
 mkdir -p "$bindir"
+# Concurrent runs (parallel test packages, a second shell) would write the same .tmp files; the
+# later one waits here and then finds the binaries built.
+exec 9>"$bindir/.lock"
+if command -v flock >/dev/null; then
+  flock 9 || { log "waiting for the build lock failed"; exit 1; }
+  if complete; then echo "$bindir"; exit 0; fi
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
