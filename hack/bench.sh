@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs accel-dra's benchmarks against real components and prints per-run results plus medians.
+#   BENCH_COUNT   runs of each benchmark (default 5); medians are taken over them
+#   BENCH_TIME    -benchtime per run (default 2000x for the node plugin)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+count=${BENCH_COUNT:-5}
+btime=${BENCH_TIME:-2000x}
+export KUBE_BIN_DIR=${KUBE_BIN_DIR:-$(hack/build-k8s.sh)}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+echo "== node plugin over its gRPC socket, claims in a real apiserver (count=$count, benchtime=$btime)"
+go test -tags e2e -run '^$' -bench . -benchtime "$btime" -count "$count" -timeout 60m ./e2e/bench/ | tee -a "$out"
+if [ -d e2e/publisher ] && grep -rq 'func BenchmarkPublisher' e2e/publisher; then
+  echo "== template publisher against a real apiserver (count=${PUBLISHER_BENCH_COUNT:-1})"
+  go test -tags e2e -run '^$' -bench Publisher -benchtime 1x -count "${PUBLISHER_BENCH_COUNT:-1}" -timeout 60m ./e2e/publisher/ | tee -a "$out"
+fi
+
+echo
+echo "== medians over $count runs"
+# Every "value unit" pair of each benchmark line, median per (benchmark, unit).
+awk '/^Benchmark/ {
+  name=$1; sub(/-[0-9]+$/, "", name)
+  for (i = 3; i < NF; i += 2) { key = name " " $(i+1); vals[key] = vals[key] " " $i }
+}
+END {
+  for (k in vals) {
+    n = split(substr(vals[k], 2), v, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+    m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    printf "%-70s %12.3f\n", k, m
+  }
+}' "$out" | sort
