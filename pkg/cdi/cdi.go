@@ -10,7 +10,6 @@ package cdi
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -47,6 +47,10 @@ type Writer struct {
 	root   string
 	kind   device.Kind
 	prefix string // file name prefix of this writer's specs: "accel-dra.io-gpu_"
+
+	cacheOnce sync.Once
+	cache     *cdiapi.Cache
+	cacheErr  error
 }
 
 // New returns a writer of specs for devices of kind into root (DefaultRoot on a node).
@@ -186,12 +190,12 @@ func (w *Writer) Path(claimUID string) string {
 
 // Write validates spec and writes it as the claim's spec file, replacing any previous one.
 //
-// The bytes are written to a temporary file (ignored by runtimes because of its suffix), loaded
-// back with the CDI library's own reader, which is exactly how a runtime will load them, and only
-// then renamed into place. So an invalid spec never becomes visible under its real name, and
-// nothing is left behind when validation fails. The CDI directory is normally tmpfs (/var/run),
-// whose contents do not survive a reboot anyway, so there is no fsync: the rename alone gives
-// readers all or nothing, and a spec lost in a crash is re-created from the checkpoint.
+// It goes through the CDI library's own Cache.WriteSpec, which validates the spec in memory with
+// the same checks a runtime's loader applies and then writes it to a temporary file (ignored by
+// runtimes) renamed into place, so an invalid spec never becomes visible and nothing is left
+// behind when validation fails. The CDI directory is normally tmpfs (/var/run), whose contents do
+// not survive a reboot anyway, so there is no fsync: the rename alone gives readers all or
+// nothing, and a spec lost in a crash is re-created from the checkpoint.
 func (w *Writer) Write(claimUID string, spec *specs.Spec) (err error) {
 	if err := validateUID(claimUID); err != nil {
 		return err
@@ -202,42 +206,20 @@ func (w *Writer) Write(claimUID string, spec *specs.Spec) (err error) {
 	if spec.Kind != Kind(w.kind) {
 		return fmt.Errorf("writing CDI spec of claim %s: kind %q, this writer writes %q", claimUID, spec.Kind, Kind(w.kind))
 	}
-	data, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, err)
-	}
-	data = append(data, '\n')
-
 	if err := os.MkdirAll(w.root, 0o755); err != nil {
 		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, err)
 	}
-	f, err := os.CreateTemp(w.root, "."+w.prefix+claimUID+".*"+tempSuffix)
-	if err != nil {
-		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, err)
+	w.cacheOnce.Do(func() {
+		// Auto-refresh off: the cache is used only to write, and a directory watcher per
+		// plugin would cost an inotify instance and a goroutine for nothing.
+		w.cache, w.cacheErr = cdiapi.NewCache(cdiapi.WithSpecDirs(w.root), cdiapi.WithAutoRefresh(false))
+	})
+	if w.cacheErr != nil {
+		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, w.cacheErr)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	_, err = f.Write(data)
-	if err == nil {
-		// Runtimes read specs as root, but tools (nvidia-ctk cdi list, debugging) run as anyone;
-		// the spec holds nothing secret.
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, err)
-	}
-	if _, err = cdiapi.ReadSpec(tmp, 0); err != nil {
+	// The name carries the extension, so the library writes JSON rather than its YAML default.
+	if err := w.cache.WriteSpec(spec, filepath.Base(w.Path(claimUID))); err != nil {
 		return fmt.Errorf("writing CDI spec of claim %s: invalid spec: %w", claimUID, err)
-	}
-	if err = os.Rename(tmp, w.Path(claimUID)); err != nil {
-		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
 }

@@ -61,7 +61,6 @@ type Driver struct {
 	devices map[string]*device.Device
 	// publishable are the devices that passed validation; only they can be prepared.
 	publishable map[string]bool
-	resources   resourceslice.DriverResources
 
 	// claimLocks serialise work on one claim (the kubelet may retry a claim while a first call
 	// is still running) without serialising different claims.
@@ -88,7 +87,6 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		owner:       map[string]types.UID{},
 	}
 	built := slices.Build(opts.Inventory, opts.NodeName)
-	d.resources = built.Resources
 	for _, name := range built.Published {
 		d.publishable[name] = true
 	}
@@ -109,8 +107,12 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// Resources is what the kubelet plugin helper should publish.
-func (d *Driver) Resources() resourceslice.DriverResources { return d.resources }
+// Resources is what the kubelet plugin helper should publish. It is built anew on each call
+// (the build is deterministic) rather than kept: the helper holds its own copy, and a second
+// one would double the plugin's largest allocation on nodes with many devices.
+func (d *Driver) Resources() resourceslice.DriverResources {
+	return slices.Build(d.opts.Inventory, d.opts.NodeName).Resources
+}
 
 // PreparedClaims returns the UIDs of the prepared claims, sorted.
 func (d *Driver) PreparedClaims() []types.UID {

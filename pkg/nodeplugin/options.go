@@ -37,6 +37,7 @@ type Options struct {
 	BootIDFile    string
 	HTTPAddress   string
 	PodUID        string
+	Profiling     bool
 	Kube          kubeclient.Options
 	Logging       *logsapi.LoggingConfiguration
 }
@@ -76,6 +77,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.BootIDFile, "boot-id-file", o.BootIDFile, "File holding the node's boot ID; a change means a reboot.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address of the /healthz, /readyz and /metrics endpoint; empty disables it.")
 	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this plugin's pod (default from $POD_UID); enables the kubelet's rolling update of the plugin with surge.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 	return fs

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,8 +49,12 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("device backend %q: %w", o.Backend, err)
 	}
-	defer func() { _ = be.Close() }()
 	inv, err := be.Enumerate(ctx)
+	// Devices are enumerated once; nothing queries the backend afterwards, so NVML is shut down
+	// (and a mock machine freed) now rather than held for the life of the process.
+	if cerr := be.Close(); cerr != nil {
+		klog.FromContext(ctx).Error(cerr, "Closing device backend")
+	}
 	if err != nil {
 		return fmt.Errorf("enumerating devices: %w", err)
 	}
@@ -109,9 +115,13 @@ func Run(ctx context.Context, o *Options) error {
 	if err := helper.PublishResources(ctx, drv.Resources()); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
+	// Start-up is the plugin's allocation peak (enumeration, building slices); hand that memory
+	// back now instead of waiting for the background scavenger, so a node's steady-state RSS
+	// reflects what the plugin holds.
+	debug.FreeOSMemory()
 
 	if o.HTTPAddress != "" {
-		srv, err := serveHTTP(ctx, o.HTTPAddress, m, helper)
+		srv, err := serveHTTP(ctx, o.HTTPAddress, m, helper, o.Profiling)
 		if err != nil {
 			return err
 		}
@@ -127,8 +137,14 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kubeletplugin.Helper) (*http.Server, error) {
+func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kubeletplugin.Helper, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
