@@ -90,7 +90,12 @@ func TestToAPIAttributes(t *testing.T) {
 }
 
 func TestToAPIOmitsUnknowns(t *testing.T) {
-	d := gpu(0, func(d *device.Device) { d.NUMANode = nil; d.PCIeRoot = ""; d.Architecture = ""; d.CUDAComputeCapability = "" })
+	d := gpu(0, func(d *device.Device) {
+		d.NUMANode = nil
+		d.PCIeRoot = ""
+		d.Architecture = ""
+		d.CUDAComputeCapability = ""
+	})
 	api, _, err := ToAPI(&d)
 	if err != nil {
 		t.Fatal(err)
