@@ -51,8 +51,10 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 
+# Needs a Docker engine (the CI machine has none; CI runs `make build`, the same go build).
 image:
-	docker build -t accel-dra:dev .
+	docker build --target plugin -t accel-dra-kubelet-plugin:dev .
+	docker build --target publisher -t accel-dra-template-publisher:dev .
 
 clean:
 	rm -rf $(BIN)

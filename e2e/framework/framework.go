@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/accel-dra/accel-dra/deployments/helm"
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 )
 
@@ -149,21 +150,34 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 		HTTPAddr: "127.0.0.1:" + strconv.Itoa(port),
 		name:     "plugin-" + n.Name + "-" + strings.Split(o.Driver, ".")[0],
 	}
-	p.Args = []string{
-		bin,
-		"--node-name=" + n.Name,
-		"--driver-name=" + o.Driver,
-		"--backend=" + o.Backend,
-		"--kubeconfig=" + o.Kubeconfig,
-		"--cdi-root=" + p.CDIDir,
-		"--registrar-dir=" + n.RegistrarDir(),
-		"--plugin-data-dir=" + n.PluginDataDir(o.Driver),
-		"--http-address=" + p.HTTPAddr,
-		"-v=2",
+	// The plugin runs with exactly the args the Helm chart gives its DaemonSet on a mock
+	// cluster; only the host paths, which differ per harness node, and identity are replaced.
+	kind := "gpu"
+	if strings.HasPrefix(o.Backend, "npu") {
+		kind = "npu"
 	}
-	if o.Profile != "" {
-		p.Args = append(p.Args, "--mock-profile="+o.Profile)
+	values := map[string]any{
+		"mock": map[string]any{"enabled": true, kind + "Profile": o.Profile},
+		"drivers": map[string]any{
+			"gpu": map[string]any{"enabled": kind == "gpu", "driverName": o.Driver},
+			"npu": map[string]any{"enabled": kind == "npu", "driverName": o.Driver},
+		},
 	}
+	args, err := helm.PluginArgs(values, o.Driver, map[string]string{
+		"node-name":       n.Name,
+		"kubeconfig":      o.Kubeconfig,
+		"cdi-root":        p.CDIDir,
+		"registrar-dir":   n.RegistrarDir(),
+		"plugin-data-dir": n.PluginDataDir(o.Driver),
+		"http-address":    p.HTTPAddr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin args from the Helm chart: %w", err)
+	}
+	if got := flagValue(args, "backend"); got != o.Backend {
+		return nil, fmt.Errorf("the chart runs backend %q, the test asked for %q", got, o.Backend)
+	}
+	p.Args = append([]string{bin}, args...)
 	p.Args = append(p.Args, o.ExtraArgs...)
 	if err := p.start(ctx); err != nil {
 		return nil, err
@@ -258,6 +272,15 @@ func freePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func flagValue(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // DeviceClass is the class the chart installs for a driver: every device of that driver.

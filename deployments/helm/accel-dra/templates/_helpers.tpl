@@ -1,0 +1,103 @@
+{{/* Chart name, possibly overridden. */}}
+{{- define "accel-dra.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: the release name, prefixed with the chart name unless it already
+contains it. Truncated to leave room for the longest suffix ("-publisher").
+*/}}
+{{- define "accel-dra.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "accel-dra.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "accel-dra.labels" -}}
+helm.sh/chart: {{ include "accel-dra.chart" . }}
+app.kubernetes.io/name: {{ include "accel-dra.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: accel-dra
+{{- end }}
+
+{{/* Selector labels of one component; call with (dict "root" $ "component" "gpu-plugin"). */}}
+{{- define "accel-dra.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "accel-dra.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Name of a driver's DaemonSet and ServiceAccount; call with (dict "root" $ "key" "gpu"). */}}
+{{- define "accel-dra.pluginName" -}}
+{{- printf "%s-%s-plugin" (include "accel-dra.fullname" .root) .key }}
+{{- end }}
+
+{{- define "accel-dra.pluginClusterRole" -}}
+{{- printf "%s-plugin" (include "accel-dra.fullname" .) }}
+{{- end }}
+
+{{- define "accel-dra.publisherName" -}}
+{{- printf "%s-publisher" (include "accel-dra.fullname" .) }}
+{{- end }}
+
+{{/*
+The backend a driver runs: its own, or its mock when mock.enabled is set. Call with
+(dict "root" $ "key" "gpu" "driver" $driver).
+*/}}
+{{- define "accel-dra.backend" -}}
+{{- if .root.Values.mock.enabled }}
+{{- if eq .key "npu" }}npu-mock{{ else }}mock{{ end }}
+{{- else }}
+{{- .driver.backend }}
+{{- end }}
+{{- end }}
+
+{{/* The mock profile of a driver, "" for the backend's default; same arguments as backend. */}}
+{{- define "accel-dra.mockProfile" -}}
+{{- $global := ternary .root.Values.mock.npuProfile .root.Values.mock.gpuProfile (eq .key "npu") }}
+{{- if and .root.Values.mock.enabled $global }}
+{{- $global }}
+{{- else }}
+{{- .driver.mockProfile }}
+{{- end }}
+{{- end }}
+
+{{- define "accel-dra.isMockBackend" -}}
+{{- $b := include "accel-dra.backend" . }}
+{{- if or (eq $b "mock") (eq $b "npu-mock") }}true{{ end }}
+{{- end }}
+
+{{/* Image reference; call with (dict "root" $ "image" .Values.plugin.image). */}}
+{{- define "accel-dra.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
+{{- end }}
+
+{{/*
+The publisher's rules on node groups (Cluster API objects) and their events; a ClusterRole's,
+or with publisher.watchNamespace a Role's in that namespace.
+*/}}
+{{- define "accel-dra.publisherGroupRules" }}
+- apiGroups: ["cluster.x-k8s.io"]
+  resources: ["machines"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["cluster.x-k8s.io"]
+  resources: ["machinesets", "machinedeployments"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}

@@ -1,0 +1,582 @@
+package helm
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
+	"github.com/accel-dra/accel-dra/pkg/publisher"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// valueSet is one way to install the chart, as a user would with -f and --set.
+type valueSet struct {
+	file   string         // a bundled values file, or ""
+	values map[string]any // --set, merged over file
+	// What the values enable, checked against the rendered objects.
+	drivers   map[string]string // driver name -> backend
+	profiles  map[string]string // driver name -> --mock-profile ("" for none)
+	surge     bool
+	publisher bool
+}
+
+// ValueSets are the installations the tests render (and e2e/packaging applies). Keyed by name;
+// each has a golden file testdata/<name>.golden.yaml.
+var valueSets = map[string]valueSet{
+	"default": {
+		drivers: map[string]string{"gpu.accel-dra.io": "nvml"}, surge: true,
+	},
+	"mock-flag": {
+		values:  map[string]any{"mock": map[string]any{"enabled": true}},
+		drivers: map[string]string{"gpu.accel-dra.io": "mock"}, surge: true,
+	},
+	"mock-file": {
+		file:     "values-mock.yaml",
+		drivers:  map[string]string{"gpu.accel-dra.io": "mock", "npu.accel-dra.io": "npu-mock"},
+		profiles: map[string]string{"gpu.accel-dra.io": "h100-8x-2numa", "npu.accel-dra.io": "ascend910b-8x"},
+		surge:    true,
+	},
+	"npu": {
+		values: map[string]any{"drivers": map[string]any{
+			"gpu": map[string]any{"enabled": false},
+			"npu": map[string]any{"enabled": true},
+		}},
+		drivers: map[string]string{"npu.accel-dra.io": "npu"}, surge: true,
+	},
+	"publisher": {
+		file:      "values-mock.yaml",
+		values:    map[string]any{"publisher": map[string]any{"enabled": true}},
+		drivers:   map[string]string{"gpu.accel-dra.io": "mock", "npu.accel-dra.io": "npu-mock"},
+		profiles:  map[string]string{"gpu.accel-dra.io": "h100-8x-2numa", "npu.accel-dra.io": "ascend910b-8x"},
+		surge:     true,
+		publisher: true,
+	},
+	"publisher-watch-namespace-npu": {
+		values: map[string]any{
+			"drivers":   map[string]any{"gpu": map[string]any{"enabled": false}, "npu": map[string]any{"enabled": true}},
+			"publisher": map[string]any{"enabled": true, "watchNamespace": "capi"},
+		},
+		drivers: map[string]string{"npu.accel-dra.io": "npu"}, surge: true, publisher: true,
+	},
+	"no-surge-extended-resource": {
+		values: map[string]any{
+			"plugin": map[string]any{"rollingUpdateWithSurge": false},
+			"drivers": map[string]any{"gpu": map[string]any{
+				"backend": "mock", "mockProfile": "a100-8x",
+				"deviceClass": map[string]any{"extendedResourceName": "accel-dra.io/gpu"},
+			}},
+		},
+		drivers:  map[string]string{"gpu.accel-dra.io": "mock"},
+		profiles: map[string]string{"gpu.accel-dra.io": "a100-8x"},
+	},
+}
+
+func (vs valueSet) userValues(t *testing.T) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	if vs.file != "" {
+		var err error
+		if vals, err = ValuesFile(vs.file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mergeValues(vals, vs.values)
+}
+
+// mergeValues merges src over dst, recursively, like repeated helm --set.
+func mergeValues(dst, src map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range dst {
+		out[k] = v
+	}
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := out[k].(map[string]any); ok {
+				out[k] = mergeValues(dm, sm)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func renderSet(t *testing.T, vs valueSet) *Rendered {
+	t.Helper()
+	r, err := Render(Options{Values: vs.userValues(t)})
+	if err != nil {
+		t.Fatalf("rendering: %v", err)
+	}
+	return r
+}
+
+// TestGolden compares each value set's rendering with testdata/<name>.golden.yaml.
+func TestGolden(t *testing.T) {
+	for name, vs := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			got := renderSet(t, vs).YAML()
+			path := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("rendering differs from %s (-want +got; run with -update if intended):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestObjectsDecodeStrictly decodes every rendered object into its API type, refusing unknown
+// fields, so a misspelt field fails here and not only on a cluster.
+func TestObjectsDecodeStrictly(t *testing.T) {
+	for name, vs := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			for _, o := range renderSet(t, vs).Objects {
+				typed, err := scheme.Scheme.New(o.GroupVersionKind())
+				if err != nil {
+					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
+					continue
+				}
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, typed, true); err != nil {
+					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
+				}
+			}
+		})
+	}
+}
+
+func toTyped[T any](t *testing.T, o *unstructured.Unstructured) *T {
+	t.Helper()
+	var typed T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &typed); err != nil {
+		t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+	}
+	return &typed
+}
+
+// TestPluginArgsParse parses every plugin container's args with the plugin's own flag set, in
+// the environment the downward API gives the container, and checks what the plugin then does:
+// its paths are the mounted host paths, its driver and backend those the values ask for, and
+// rolling update with surge is on exactly when the DaemonSet surges.
+func TestPluginArgsParse(t *testing.T) {
+	for name, vs := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			r := renderSet(t, vs)
+			dss := r.OfKind("DaemonSet")
+			if len(dss) != len(vs.drivers) {
+				t.Fatalf("%d DaemonSets, want one per driver %v", len(dss), vs.drivers)
+			}
+			for driver, backend := range vs.drivers {
+				u, err := r.PluginDaemonSet(driver)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds := toTyped[appsv1.DaemonSet](t, u)
+				checkPluginDaemonSet(t, r, ds, driver, backend, vs.profiles[driver], vs.surge)
+			}
+		})
+	}
+}
+
+func checkPluginDaemonSet(t *testing.T, r *Rendered, ds *appsv1.DaemonSet, driver, backend, profile string, surge bool) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == PluginContainer })
+	if i < 0 {
+		t.Fatalf("DaemonSet %s has no container %q", ds.Name, PluginContainer)
+	}
+	c := spec.Containers[i]
+
+	// The downward API, as the kubelet resolves it.
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			t.Setenv(e.Name, "node-a")
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid":
+			t.Setenv(e.Name, "pod-uid-1")
+		case e.ValueFrom == nil:
+			t.Setenv(e.Name, e.Value)
+		default:
+			t.Errorf("%s: env %s from %v: not simulated by this test", ds.Name, e.Name, e.ValueFrom)
+		}
+	}
+	if os.Getenv("POD_UID") != "" && !surge {
+		t.Errorf("%s: POD_UID is set without surge", ds.Name)
+	}
+	o := nodeplugin.NewOptions() // reads NODE_NAME and POD_UID
+	if err := o.NewFlagSet().Parse(c.Args); err != nil {
+		t.Fatalf("%s: the plugin refuses the chart's args %q: %v", ds.Name, c.Args, err)
+	}
+	if err := o.Complete(); err != nil {
+		t.Fatalf("%s: %v", ds.Name, err)
+	}
+	if o.NodeName != "node-a" {
+		t.Errorf("%s: node name %q, want it from the downward API", ds.Name, o.NodeName)
+	}
+	if o.DriverName != driver || o.Backend != backend || o.MockProfile != profile {
+		t.Errorf("%s: driver %q backend %q profile %q, want %q %q %q", ds.Name, o.DriverName, o.Backend, o.MockProfile, driver, backend, profile)
+	}
+
+	// Rolling update with surge needs the pod UID, and the kubelet's handover needs it.
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxUnavailable == nil {
+		t.Fatalf("%s: update strategy %+v", ds.Name, ds.Spec.UpdateStrategy)
+	}
+	if surge {
+		if ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 || o.PodUID != "pod-uid-1" {
+			t.Errorf("%s: maxSurge %s maxUnavailable %s pod UID %q, want 1, 0 and the pod's UID", ds.Name, ru.MaxSurge, ru.MaxUnavailable, o.PodUID)
+		}
+	} else if ru.MaxSurge.IntValue() != 0 || o.PodUID != "" {
+		t.Errorf("%s: maxSurge %s pod UID %q, want 0 and none: a kubelet without rolling update would lose the plugin", ds.Name, ru.MaxSurge, o.PodUID)
+	}
+
+	// Every directory the plugin uses is a host path mounted at the same path (the kubelet
+	// dials the registered socket path on the host; the runtime reads CDI specs there), except
+	// /dev, which is only statted.
+	mounts := map[string]string{} // mount path -> host path
+	vols := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v.HostPath
+	}
+	for _, m := range c.VolumeMounts {
+		hp := vols[m.Name]
+		if hp == nil {
+			t.Errorf("%s: mount %s is not a hostPath volume", ds.Name, m.Name)
+			continue
+		}
+		mounts[m.MountPath] = hp.Path
+	}
+	hostPathOf := func(p string) (string, bool) {
+		for mp, hp := range mounts {
+			if p == mp || strings.HasPrefix(p, mp+"/") {
+				return hp + strings.TrimPrefix(p, mp), true
+			}
+		}
+		return "", false
+	}
+	for flagName, p := range map[string]string{
+		"plugin-data-dir": o.PluginDataDir, "registrar-dir": o.RegistrarDir, "cdi-root": o.CDIRoot,
+		"checkpoint-dir": o.CheckpointDir, "mock-dir": o.MockDir,
+	} {
+		hp, ok := hostPathOf(p)
+		if !ok {
+			t.Errorf("%s: --%s=%s is not on a host path: it would not survive a restart or reach the kubelet", ds.Name, flagName, p)
+		} else if hp != p {
+			t.Errorf("%s: --%s=%s is host path %s; the plugin must see host paths at their own path", ds.Name, flagName, p, hp)
+		}
+	}
+	if hp, ok := hostPathOf(o.DevRoot); !ok || hp != "/dev" {
+		t.Errorf("%s: --dev-root=%s is host path %q, want /dev", ds.Name, o.DevRoot, hp)
+	}
+	if o.PluginDataDir != "/var/lib/kubelet/plugins/"+driver || o.RegistrarDir != "/var/lib/kubelet/plugins_registry" || o.CDIRoot != "/var/run/cdi" {
+		t.Errorf("%s: paths %s %s %s, want the kubelet's and the runtime's defaults", ds.Name, o.PluginDataDir, o.RegistrarDir, o.CDIRoot)
+	}
+
+	// The probes reach the plugin's HTTP endpoint.
+	if !strings.HasSuffix(o.HTTPAddress, ":8080") || len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("%s: --http-address %q, ports %+v", ds.Name, o.HTTPAddress, c.Ports)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("%s: readiness probe %+v, want GET /readyz (registered with the kubelet)", ds.Name, c.ReadinessProbe)
+	}
+
+	// Identity: the DaemonSet's own ServiceAccount, bound to the plugin role and named in the
+	// admission policy with this driver.
+	sa := spec.ServiceAccountName
+	if r.Find("ServiceAccount", sa) == nil {
+		t.Errorf("%s: ServiceAccount %s is not rendered", ds.Name, sa)
+	}
+	user := "system:serviceaccount:" + DefaultNamespace + ":" + sa
+	vap := r.Find("ValidatingAdmissionPolicy", DefaultReleaseName+"-resourceslices")
+	if vap == nil {
+		t.Fatalf("no ValidatingAdmissionPolicy")
+	}
+	policy := toTyped[admissionv1.ValidatingAdmissionPolicy](t, vap)
+	if len(policy.Spec.MatchConditions) != 1 || !strings.Contains(policy.Spec.MatchConditions[0].Expression, `"`+user+`"`) {
+		t.Errorf("policy match conditions %+v do not name %s", policy.Spec.MatchConditions, user)
+	}
+	if !slices.ContainsFunc(policy.Spec.Variables, func(v admissionv1.Variable) bool {
+		return strings.Contains(v.Expression, `"`+user+`":"`+driver+`"`)
+	}) {
+		t.Errorf("policy variables %+v do not allow %s only driver %s", policy.Spec.Variables, user, driver)
+	}
+	crb := toTyped[rbacv1.ClusterRoleBinding](t, r.Find("ClusterRoleBinding", DefaultReleaseName+"-plugin"))
+	if !slices.Contains(crb.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: DefaultNamespace}) {
+		t.Errorf("ClusterRoleBinding subjects %+v lack %s", crb.Subjects, sa)
+	}
+
+	// Its DeviceClass.
+	dc := r.Find("DeviceClass", driver)
+	if dc == nil {
+		t.Fatalf("no DeviceClass %s", driver)
+	}
+	class := toTyped[resourceapi.DeviceClass](t, dc)
+	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil || class.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`"` {
+		t.Errorf("DeviceClass %s selectors %+v", driver, class.Spec.Selectors)
+	}
+}
+
+// TestRBACIsMinimal pins the plugin's permissions: adding one must be a deliberate change here,
+// with its reason in templates/plugin-rbac.yaml.
+func TestRBACIsMinimal(t *testing.T) {
+	r := renderSet(t, valueSets["mock-file"])
+	cr := toTyped[rbacv1.ClusterRole](t, r.Find("ClusterRole", DefaultReleaseName+"-plugin"))
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+	}
+	if diff := cmp.Diff(want, cr.Rules); diff != "" {
+		t.Errorf("plugin ClusterRole rules (-want +got):\n%s", diff)
+	}
+	role := toTyped[rbacv1.Role](t, r.Find("Role", DefaultReleaseName+"-plugin-node-events"))
+	if role.Namespace != "default" {
+		t.Errorf("events Role in namespace %q, want default (where events about Nodes go)", role.Namespace)
+	}
+	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, role.Rules); diff != "" {
+		t.Errorf("events Role rules (-want +got):\n%s", diff)
+	}
+	if n := len(r.OfKind("ClusterRole")) + len(r.OfKind("Role")); n != 2 {
+		t.Errorf("%d roles rendered, want the plugin's two", n)
+	}
+}
+
+// TestPublisherArgsParse parses the publisher container's args with the publisher's own flag
+// set and checks them against the values.
+func TestPublisherArgsParse(t *testing.T) {
+	for name, vs := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			r := renderSet(t, vs)
+			u, err := r.PublisherDeployment()
+			if !vs.publisher {
+				if err == nil {
+					t.Errorf("publisher Deployment rendered without publisher.enabled")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := toTyped[appsv1.Deployment](t, u)
+			c := d.Spec.Template.Spec.Containers[0]
+			o := publisher.NewOptions()
+			if err := o.NewFlagSet().Parse(c.Args); err != nil {
+				t.Fatalf("the publisher refuses the chart's args %q: %v", c.Args, err)
+			}
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			var drivers []string
+			for d := range vs.drivers {
+				drivers = append(drivers, d)
+			}
+			slices.Sort(drivers)
+			if !slices.Equal(o.Drivers, drivers) {
+				t.Errorf("--drivers %v, want the enabled drivers %v", o.Drivers, drivers)
+			}
+			wantGPU := ""
+			if _, ok := vs.drivers["gpu.accel-dra.io"]; ok {
+				wantGPU = "gpu.accel-dra.io"
+			}
+			if o.GPUDriver != wantGPU {
+				t.Errorf("--autoscaler-gpu-driver %q, want %q", o.GPUDriver, wantGPU)
+			}
+			if !o.LeaderElect || o.LeaderElectionNamespace != DefaultNamespace || o.LeaderElectionID != d.Name {
+				t.Errorf("leader election %v in %q lease %q, want on, in the release namespace, lease %s", o.LeaderElect, o.LeaderElectionNamespace, o.LeaderElectionID, d.Name)
+			}
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Port.String() != "health" {
+				t.Errorf("readiness probe %+v, want GET /readyz on port health", c.ReadinessProbe)
+			}
+			for _, p := range c.Ports {
+				addr := map[string]string{"metrics": o.MetricsBindAddress, "health": o.HealthProbeBindAddress}[p.Name]
+				if addr != ":"+strconv.Itoa(int(p.ContainerPort)) {
+					t.Errorf("port %s %d, but the publisher listens on %q", p.Name, p.ContainerPort, addr)
+				}
+			}
+			if sc := d.Spec.Template.Spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+				t.Errorf("publisher pod security context %+v, want non-root", sc)
+			}
+
+			// Its ServiceAccount is bound to its roles, and the rules are those of
+			// docs/template-publisher.md.
+			groupRules := []rbacv1.PolicyRule{
+				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinesets", "machinedeployments"}, Verbs: []string{"get", "list", "watch", "patch"}},
+				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			}
+			clusterRules := []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch"}},
+			}
+			if o.WatchNamespace == "" {
+				clusterRules = append(clusterRules, groupRules...)
+			} else {
+				role := toTyped[rbacv1.Role](t, r.Find("Role", d.Name+"-groups"))
+				if role.Namespace != o.WatchNamespace {
+					t.Errorf("group Role in %q, want the watch namespace %q", role.Namespace, o.WatchNamespace)
+				}
+				if diff := cmp.Diff(groupRules, role.Rules); diff != "" {
+					t.Errorf("group Role rules (-want +got):\n%s", diff)
+				}
+				checkBinding(t, r, "RoleBinding", d.Name+"-groups", d.Spec.Template.Spec.ServiceAccountName)
+			}
+			cr := toTyped[rbacv1.ClusterRole](t, r.Find("ClusterRole", d.Name))
+			if diff := cmp.Diff(clusterRules, cr.Rules); diff != "" {
+				t.Errorf("publisher ClusterRole rules (-want +got):\n%s", diff)
+			}
+			checkBinding(t, r, "ClusterRoleBinding", d.Name, d.Spec.Template.Spec.ServiceAccountName)
+			le := toTyped[rbacv1.Role](t, r.Find("Role", d.Name+"-leader-election"))
+			wantLE := []rbacv1.PolicyRule{
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{o.LeaderElectionID}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			}
+			if le.Namespace != o.LeaderElectionNamespace {
+				t.Errorf("leader election Role in %q, lease in %q", le.Namespace, o.LeaderElectionNamespace)
+			}
+			if diff := cmp.Diff(wantLE, le.Rules); diff != "" {
+				t.Errorf("leader election Role rules (-want +got):\n%s", diff)
+			}
+			checkBinding(t, r, "RoleBinding", d.Name+"-leader-election", d.Spec.Template.Spec.ServiceAccountName)
+		})
+	}
+}
+
+func checkBinding(t *testing.T, r *Rendered, kind, name, sa string) {
+	t.Helper()
+	u := r.Find(kind, name)
+	if u == nil {
+		t.Errorf("no %s %s", kind, name)
+		return
+	}
+	var subjects []rbacv1.Subject
+	var roleName string
+	if kind == "ClusterRoleBinding" {
+		b := toTyped[rbacv1.ClusterRoleBinding](t, u)
+		subjects, roleName = b.Subjects, b.RoleRef.Name
+	} else {
+		b := toTyped[rbacv1.RoleBinding](t, u)
+		subjects, roleName = b.Subjects, b.RoleRef.Name
+	}
+	if roleName != name || !slices.Equal(subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: DefaultNamespace}}) {
+		t.Errorf("%s %s binds %s to %+v, want its role to %s", kind, name, roleName, subjects, sa)
+	}
+}
+
+func TestExtendedResourceName(t *testing.T) {
+	r := renderSet(t, valueSets["no-surge-extended-resource"])
+	class := toTyped[resourceapi.DeviceClass](t, r.Find("DeviceClass", "gpu.accel-dra.io"))
+	if class.Spec.ExtendedResourceName == nil || *class.Spec.ExtendedResourceName != "accel-dra.io/gpu" {
+		t.Errorf("extendedResourceName %v, want accel-dra.io/gpu", class.Spec.ExtendedResourceName)
+	}
+	class = toTyped[resourceapi.DeviceClass](t, renderSet(t, valueSets["default"]).Find("DeviceClass", "gpu.accel-dra.io"))
+	if class.Spec.ExtendedResourceName != nil {
+		t.Errorf("extendedResourceName %q by default, want none", *class.Spec.ExtendedResourceName)
+	}
+}
+
+func TestMockSelectsEveryNode(t *testing.T) {
+	for _, name := range []string{"mock-flag", "mock-file"} {
+		r := renderSet(t, valueSets[name])
+		for _, u := range r.OfKind("DaemonSet") {
+			if ns := toTyped[appsv1.DaemonSet](t, u).Spec.Template.Spec.NodeSelector; len(ns) != 0 {
+				t.Errorf("%s: DaemonSet %s node selector %v; mock devices need no hardware labels", name, u.GetName(), ns)
+			}
+		}
+	}
+	r := renderSet(t, valueSets["default"])
+	ds := toTyped[appsv1.DaemonSet](t, r.OfKind("DaemonSet")[0])
+	if ds.Spec.Template.Spec.NodeSelector["feature.node.kubernetes.io/pci-10de.present"] != "true" {
+		t.Errorf("default GPU node selector %v, want NVIDIA PCI devices", ds.Spec.Template.Spec.NodeSelector)
+	}
+}
+
+// TestSchemaRefuses checks that values.schema.json catches mistakes before anything renders.
+func TestSchemaRefuses(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"unknown key":         {"mok": map[string]any{"enabled": true}},
+		"unknown driver key":  {"drivers": map[string]any{"gpu": map[string]any{"backnd": "mock"}}},
+		"gpu backend for npu": {"drivers": map[string]any{"npu": map[string]any{"backend": "mock"}}},
+		"relative cdi dir":    {"plugin": map[string]any{"cdiDir": "var/run/cdi"}},
+		"bad log format":      {"plugin": map[string]any{"logFormat": "xml"}},
+		"bad extended name":   {"drivers": map[string]any{"gpu": map[string]any{"deviceClass": map[string]any{"extendedResourceName": "gpu"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Render(Options{Values: vals}); err == nil {
+				t.Errorf("values %v rendered, want a schema error", vals)
+			}
+		})
+	}
+}
+
+func TestKubeVersionConstraint(t *testing.T) {
+	if _, err := Render(Options{KubeVersion: "v1.33.0"}); err == nil {
+		t.Error("rendered for Kubernetes 1.33, which has no resource.k8s.io/v1")
+	}
+}
+
+func TestPluginArgsOverrides(t *testing.T) {
+	vals, err := ValuesFile("values-mock.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := PluginArgs(vals, "npu.accel-dra.io", map[string]string{
+		"cdi-root":   "/tmp/n1/cdi",
+		"node-name":  "n1",
+		"kubeconfig": "/tmp/kc",
+		"v":          "5",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := nodeplugin.NewOptions()
+	if err := o.NewFlagSet().Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if o.CDIRoot != "/tmp/n1/cdi" || o.NodeName != "n1" || o.Kube.Kubeconfig != "/tmp/kc" || o.Backend != "npu-mock" || o.DriverName != "npu.accel-dra.io" {
+		t.Errorf("options %+v from %q", o, args)
+	}
+	if n := strings.Count(strings.Join(args, " "), "cdi-root"); n != 1 {
+		t.Errorf("--cdi-root appears %d times in %q, want it replaced in place", n, args)
+	}
+	if !slices.Contains(args, "-v=5") {
+		t.Errorf("args %q: -v not replaced", args)
+	}
+	if _, err := PluginArgs(nil, "npu.accel-dra.io", nil); err == nil || !strings.Contains(err.Error(), "gpu.accel-dra.io") {
+		t.Errorf("PluginArgs for a disabled driver: %v, want an error naming the enabled ones", err)
+	}
+}
+
+func TestOverrideFlags(t *testing.T) {
+	got := OverrideFlags([]string{"--a=1", "-v=2", "positional", "--b=x=y"}, map[string]string{"b": "3", "z": "4", "c": "5", "v": "0"})
+	want := []string{"--a=1", "-v=0", "positional", "--b=3", "--c=5", "--z=4"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
