@@ -1,0 +1,101 @@
+package accelctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// FieldManager is the server-side apply field manager of `accelctl template seed`.
+const FieldManager = "accelctl"
+
+// Group is a node group object: a MachineDeployment or a MachineSet.
+type Group struct {
+	Kind, Namespace, Name string
+	UID                   types.UID
+	Annotations           map[string]string
+}
+
+func (g *Group) String() string { return g.Kind + " " + g.Namespace + "/" + g.Name }
+
+// Cluster is the API access accelctl needs; tests use a fake.
+type Cluster interface {
+	// GetGroup finds a node group by reference: "<name>" (a MachineDeployment, else a
+	// MachineSet), "machinedeployment/<name>" or "machineset/<name>" (also md/, ms/).
+	GetGroup(ctx context.Context, namespace, ref string) (*Group, error)
+	DeviceClasses(ctx context.Context) ([]*resourceapi.DeviceClass, error)
+	// ApplyAnnotations sets annotations on the group with server-side apply.
+	ApplyAnnotations(ctx context.Context, g *Group, ann map[string]string) error
+}
+
+// apiCluster is Cluster on a controller-runtime client; groups are read as metadata only, so
+// any served Cluster API version works.
+type apiCluster struct{ c client.Client }
+
+// NewCluster returns a Cluster on a client (its scheme needs the resource.k8s.io types).
+func NewCluster(c client.Client) Cluster { return apiCluster{c} }
+
+func (a apiCluster) GetGroup(ctx context.Context, namespace, ref string) (*Group, error) {
+	kinds := []string{"MachineDeployment", "MachineSet"}
+	name := ref
+	if k, n, ok := strings.Cut(ref, "/"); ok {
+		name = n
+		switch strings.ToLower(k) {
+		case "machinedeployment", "machinedeployments", "md":
+			kinds = kinds[:1]
+		case "machineset", "machinesets", "ms":
+			kinds = kinds[1:]
+		default:
+			return nil, fmt.Errorf("node group %q: kind %q is not machinedeployment or machineset", ref, k)
+		}
+	}
+	for _, kind := range kinds {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(clusterv1.GroupVersion.WithKind(kind))
+		err := a.c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, obj)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getting %s %s/%s: %w", kind, namespace, name, err)
+		}
+		return &Group{Kind: kind, Namespace: namespace, Name: name, UID: obj.UID, Annotations: obj.Annotations}, nil
+	}
+	return nil, fmt.Errorf("no %s %s/%s", strings.Join(kinds, " or "), namespace, name)
+}
+
+func (a apiCluster) DeviceClasses(ctx context.Context) ([]*resourceapi.DeviceClass, error) {
+	var list resourceapi.DeviceClassList
+	if err := a.c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing DeviceClasses: %w", err)
+	}
+	out := make([]*resourceapi.DeviceClass, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+func (a apiCluster) ApplyAnnotations(ctx context.Context, g *Group, ann map[string]string) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": clusterv1.GroupVersion.String(),
+		"kind":       g.Kind,
+		"metadata":   map[string]any{"name": g.Name, "namespace": g.Namespace, "uid": g.UID, "annotations": ann},
+	})
+	if err != nil {
+		return err
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(clusterv1.GroupVersion.WithKind(g.Kind))
+	obj.SetNamespace(g.Namespace)
+	obj.SetName(g.Name)
+	return a.c.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldManager), client.ForceOwnership)
+}

@@ -1,0 +1,392 @@
+package accelctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/template"
+)
+
+// IOStreams are the command's standard streams.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// rootOptions are the flags every command shares.
+type rootOptions struct {
+	kubeconfig string
+	namespace  string
+	// newCluster connects to the API server; tests replace it.
+	newCluster func(kubeconfig string) (Cluster, string, error)
+}
+
+// NewCommand returns the accelctl command tree. newCluster may be nil (connect with the
+// kubeconfig flag, $KUBECONFIG or in-cluster configuration).
+func NewCommand(streams IOStreams, newCluster func(kubeconfig string) (Cluster, string, error)) *cobra.Command {
+	o := &rootOptions{newCluster: newCluster}
+	if o.newCluster == nil {
+		o.newCluster = connect
+	}
+	root := &cobra.Command{
+		Use:           "accelctl",
+		Short:         "Inspect and simulate accel-dra node group templates",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.PersistentFlags().StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster).")
+	root.PersistentFlags().StringVarP(&o.namespace, "namespace", "n", "", "Namespace of the node group (default: the kubeconfig context's).")
+
+	tmpl := &cobra.Command{Use: "template", Short: "Node group templates on MachineDeployments and MachineSets"}
+	tmpl.AddCommand(newShowCommand(o, streams), newSeedCommand(o, streams))
+	root.AddCommand(tmpl, newSimulateCommand(o, streams))
+	return root
+}
+
+// connect builds a Cluster from the kubeconfig and returns the context's namespace.
+func connect(kubeconfig string) (Cluster, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("API client configuration: %w", err)
+	}
+	cfg.UserAgent = "accelctl"
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, "", err
+	}
+	return NewCluster(c), ns, nil
+}
+
+func (o *rootOptions) cluster() (Cluster, string, error) {
+	c, ns, err := o.newCluster(o.kubeconfig)
+	if err != nil {
+		return nil, "", err
+	}
+	if o.namespace != "" {
+		ns = o.namespace
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	return c, ns, nil
+}
+
+func newShowCommand(o *rootOptions, streams IOStreams) *cobra.Command {
+	output, nodeName := "yaml", TemplateNodeName
+	cmd := &cobra.Command{
+		Use:   "show GROUP",
+		Short: "Print a node group's template as the ResourceSlices of a template node",
+		Long: `Decodes the template.accel-dra.io annotations of a MachineDeployment (or MachineSet) and prints
+the ResourceSlices an autoscaler would give a new node of the group, preceded by the group's
+capacity.cluster-autoscaler.kubernetes.io keys as comments. GROUP is <name>,
+machinedeployment/<name> or machineset/<name>.
+
+Output formats: yaml (default), json (a list of ResourceSlices), template (the template
+document, usable as "template:" of a NodeGroupSeed), annotations (all the group's publisher keys).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			g, err := c.GetGroup(cmd.Context(), ns, args[0])
+			if err != nil {
+				return err
+			}
+			return Show(streams.Out, g, output, nodeName)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: yaml, json, template or annotations.")
+	cmd.Flags().StringVar(&nodeName, "node-name", nodeName, "Name of the template node.")
+	return cmd
+}
+
+// Show prints a group's template in a format (see `accelctl template show --help`).
+func Show(w io.Writer, g *Group, output, nodeName string) error {
+	if output == "annotations" {
+		ann := map[string]string{}
+		for k, v := range g.Annotations {
+			if nodegroup.IsManagedKey(k) || k == nodegroup.CopyFromAnnotation {
+				ann[k] = v
+			}
+		}
+		_, err := io.WriteString(w, FormatAnnotations(ann))
+		return err
+	}
+	t, err := template.Decode(g.Annotations)
+	if errors.Is(err, template.ErrNoTemplate) {
+		return fmt.Errorf("%s has no node group template", g)
+	} else if err != nil {
+		return fmt.Errorf("%s: %w", g, err)
+	}
+	if output == "template" {
+		b, err := json.MarshalIndent(t, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	slices, err := t.ResourceSlices(nodeName)
+	if err != nil {
+		return err
+	}
+	switch output {
+	case "json":
+		b, err := json.MarshalIndent(slices, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		fmt.Fprintf(w, "# %s: template %s, source %s\n", g, g.Annotations[template.HashAnnotation], orUnknown(g.Annotations[nodegroup.SourceAnnotation]))
+		for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey, nodegroup.TaintsKey, nodegroup.DRADriverKey, nodegroup.GPUCountKey} {
+			if v, ok := g.Annotations[k]; ok {
+				fmt.Fprintf(w, "# %s: %s\n", k, v)
+			}
+		}
+		for _, s := range slices {
+			b, err := yaml.Marshal(s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "---\n%s", b)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q", output)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func newSeedCommand(o *rootOptions, streams IOStreams) *cobra.Command {
+	var file string
+	dryRun, force := false, false
+	opts := SeedOptions{Budget: template.DefaultBudget, GPUDriver: nodegroup.DefaultGPUDriver}
+	cmd := &cobra.Command{
+		Use:   "seed GROUP -f SEED",
+		Short: "Give a node group that never had a node a template from a NodeGroupSeed file",
+		Long: `Writes the template and capacity annotations of a NodeGroupSeed (apiVersion
+templateconfig.accel-dra.io/v1alpha1, see docs/template-publisher.md) onto a MachineDeployment or
+MachineSet, with template.accel-dra.io/source=seed. The publisher replaces them as soon as the
+group has nodes. A group whose template came from its own nodes is refused unless --force.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := readFile(streams.In, file)
+			if err != nil {
+				return err
+			}
+			seed, err := seedv1alpha1.Decode(data)
+			if err != nil {
+				return err
+			}
+			ann, err := SeedAnnotations(seed, opts)
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				_, err := io.WriteString(streams.Out, FormatAnnotations(ann))
+				return err
+			}
+			c, ns, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			g, err := c.GetGroup(cmd.Context(), ns, args[0])
+			if err != nil {
+				return err
+			}
+			if g.Annotations[nodegroup.SourceAnnotation] == nodegroup.SourceNodes && !force {
+				return fmt.Errorf("%s has a template from its own nodes; use --force to replace it", g)
+			}
+			if err := c.ApplyAnnotations(cmd.Context(), g, ann); err != nil {
+				return fmt.Errorf("seeding %s: %w", g, err)
+			}
+			_, err = fmt.Fprintf(streams.Out, "%s seeded: template %s\n", g, ann[template.HashAnnotation])
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeGroupSeed file (- for standard input).")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "Print the annotations instead of writing them.")
+	cmd.Flags().BoolVar(&force, "force", false, "Replace a template that came from the group's own nodes.")
+	cmd.Flags().IntVar(&opts.Budget, "template-budget-bytes", opts.Budget, "Size limit of the template annotations.")
+	cmd.Flags().StringVar(&opts.GPUDriver, "autoscaler-gpu-driver", opts.GPUDriver, "Driver written as dra-driver (with gpu-count); empty: neither.")
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
+}
+
+func newSimulateCommand(o *rootOptions, streams IOStreams) *cobra.Command {
+	var group, file, classesFile, annotationsFile, output string
+	output = "text"
+	cmd := &cobra.Command{
+		Use:   "simulate --node-group GROUP -f CLAIMS",
+		Short: "Would a new node of a group satisfy these ResourceClaims?",
+		Long: `Runs the scheduler's DRA allocator (k8s.io/dynamic-resource-allocation/structured, with
+kube-scheduler 1.37's default features) for the claims of a file on a fresh node of the group:
+once with the devices of the group's accel-dra template, once with the devices the Cluster
+Autoscaler invents from capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count.
+
+The file holds ResourceClaims and ResourceClaimTemplates (all must fit together on the node, as
+for one pod), or one Pod with the claims and templates it references. DeviceClasses come from
+the cluster, from --device-classes, and from the file itself. --annotations reads the group's
+annotations from a file (a MachineDeployment, or a map) instead of the cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output)
+		},
+	}
+	cmd.Flags().StringVar(&group, "node-group", "", "Node group: <name>, machinedeployment/<name> or machineset/<name>.")
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "File with the claims (- for standard input).")
+	cmd.Flags().StringVar(&classesFile, "device-classes", "", "File with DeviceClasses to use instead of the cluster's.")
+	cmd.Flags().StringVar(&annotationsFile, "annotations", "", "File with the group's annotations to use instead of the cluster's.")
+	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: text or json.")
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
+}
+
+func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile, output string) error {
+	if output != "text" && output != "json" {
+		return fmt.Errorf("unknown output format %q", output)
+	}
+	data, err := readFile(streams.In, file)
+	if err != nil {
+		return err
+	}
+	objs, err := ParseObjects(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	claims, err := objs.ClaimsToAllocate()
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+
+	var cluster Cluster
+	ns := ""
+	need := annotationsFile == "" || classesFile == ""
+	if need {
+		if cluster, ns, err = o.cluster(); err != nil {
+			return err
+		}
+	}
+	in := SimulateInput{Claims: claims}
+	if annotationsFile != "" {
+		if in.Annotations, err = readAnnotations(annotationsFile); err != nil {
+			return err
+		}
+		in.Group = annotationsFile
+	} else {
+		if group == "" {
+			return errors.New("--node-group is required (or --annotations)")
+		}
+		g, err := cluster.GetGroup(ctx, ns, group)
+		if err != nil {
+			return err
+		}
+		in.Group, in.Annotations = g.String(), g.Annotations
+	}
+	if classesFile != "" {
+		data, err := os.ReadFile(classesFile)
+		if err != nil {
+			return err
+		}
+		c, err := ParseObjects(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", classesFile, err)
+		}
+		in.Classes = c.DeviceClasses
+	} else if in.Classes, err = cluster.DeviceClasses(ctx); err != nil {
+		return err
+	}
+	in.Classes = mergeClasses(in.Classes, objs.DeviceClasses)
+
+	rep, err := Simulate(ctx, in)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(streams.Out, "%s\n", b)
+		return err
+	}
+	return rep.WriteText(streams.Out)
+}
+
+// mergeClasses returns base with the classes of extra added or replacing those of the same name.
+func mergeClasses(base, extra []*resourceapi.DeviceClass) []*resourceapi.DeviceClass {
+	out := append([]*resourceapi.DeviceClass{}, base...)
+	for _, e := range extra {
+		replaced := false
+		for i, b := range out {
+			if b.Name == e.Name {
+				out[i], replaced = e, true
+			}
+		}
+		if !replaced {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func readFile(stdin io.Reader, name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(stdin)
+	}
+	return os.ReadFile(name)
+}
+
+// readAnnotations reads a map of annotations, or an object's metadata.annotations, from YAML or
+// JSON.
+func readAnnotations(name string) (map[string]string, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	var obj struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(data, &obj); err == nil && obj.Metadata.Annotations != nil {
+		return obj.Metadata.Annotations, nil
+	}
+	var ann map[string]string
+	if err := yaml.Unmarshal(data, &ann); err != nil {
+		return nil, fmt.Errorf("%s: neither an object with metadata.annotations nor a map of strings: %w", name, err)
+	}
+	return ann, nil
+}

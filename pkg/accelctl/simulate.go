@@ -1,0 +1,250 @@
+// Package accelctl is the logic of the accelctl command: showing a node group's template,
+// seeding one, and simulating whether a new node of a group could satisfy ResourceClaims, with
+// the scheduler's own DRA allocator, both on accel-dra's template and on the template the
+// Cluster Autoscaler builds by itself from dra-driver and gpu-count. Everything but the
+// commands' API access works without a cluster.
+package accelctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/template"
+)
+
+// TemplateNodeName is the name of the simulated node; it is a valid node name that no real node
+// is expected to have.
+const TemplateNodeName = "template-node"
+
+// Features are the allocator features of kube-scheduler 1.37 with its default feature gates
+// (DRAPrioritizedList, DRAAdminAccess, DRADeviceTaints, DRAPartitionableDevices,
+// DRAConsumableCapacity, DRADeviceBindingConditions with DRAResourceClaimDeviceStatus,
+// DRAFractionalCapacityRange on; the alpha ones off).
+var Features = structured.Features{
+	AdminAccess:             true,
+	ConsumableCapacity:      true,
+	DeviceBindingAndStatus:  true,
+	DeviceTaints:            true,
+	FractionalCapacityRange: true,
+	PartitionableDevices:    true,
+	PrioritizedList:         true,
+}
+
+// SimulateInput is what Simulate needs.
+type SimulateInput struct {
+	// Group names the node group in the report.
+	Group string
+	// Annotations of the group object.
+	Annotations map[string]string
+	// Classes are the cluster's DeviceClasses.
+	Classes []*resourceapi.DeviceClass
+	// Claims must all be allocated on the one new node (as for one pod).
+	Claims []*resourceapi.ResourceClaim
+}
+
+// Report is the outcome of Simulate.
+type Report struct {
+	Group string `json:"group"`
+	// Template is the verdict on accel-dra's template (template.accel-dra.io annotations).
+	Template Verdict `json:"template"`
+	// Builtin is the verdict on the template the autoscaler invents from
+	// capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count.
+	Builtin Verdict `json:"builtin"`
+}
+
+// Verdict says whether the claims fit a template node.
+type Verdict struct {
+	// Available is false when the group has no such template; Fits is then false too.
+	Available bool `json:"available"`
+	// Description of the template node's devices.
+	Description string `json:"description"`
+	Fits        bool   `json:"fits"`
+	// Reason why not, when the allocator says so.
+	Reason string `json:"reason,omitempty"`
+	// Error is set when the allocator failed rather than found no devices, for example on a
+	// CEL selector that reads an attribute the template node's devices lack. The scheduler
+	// then reports an error for the node; the autoscaler does not scale the group up.
+	Error bool `json:"error,omitempty"`
+	// Allocations per claim when it fits.
+	Allocations []ClaimAllocation `json:"allocations,omitempty"`
+}
+
+// ClaimAllocation lists the devices the allocator picked for one claim.
+type ClaimAllocation struct {
+	Claim   string   `json:"claim"`
+	Devices []string `json:"devices"`
+}
+
+// Simulate runs the structured allocator (as the scheduler's and the autoscaler's DRA plugin
+// do) on a new node of the group: once with the devices of the group's accel-dra template and
+// once with the devices the autoscaler's clusterapi provider invents from dra-driver and
+// gpu-count. An allocator error (a CEL selector that fails on a device, for example because it
+// reads an attribute the device does not have) makes a verdict "does not fit" with Error set,
+// as it makes the scheduler reject the node. An error from Simulate means the group's
+// annotations cannot be turned into a node.
+func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
+	rep := &Report{Group: in.Group}
+	node, err := nodegroup.TemplateNode(TemplateNodeName, in.Annotations)
+	if err != nil {
+		return nil, fmt.Errorf("node group %s: %w", in.Group, err)
+	}
+
+	tmpl, err := template.Decode(in.Annotations)
+	switch {
+	case errors.Is(err, template.ErrNoTemplate):
+		rep.Template.Description = "no template.accel-dra.io annotations: the autoscaler's template node has no devices of accel-dra's template"
+	case err != nil:
+		rep.Template.Description = fmt.Sprintf("the template does not decode (%v): an autoscaler would ignore it", err)
+	default:
+		slices, err := tmpl.ResourceSlices(TemplateNodeName)
+		if err != nil {
+			return nil, err
+		}
+		rep.Template.Available = true
+		rep.Template.Description = describe(slices)
+		if err := allocate(ctx, &rep.Template, node, slices, in.Classes, in.Claims); err != nil {
+			return nil, err
+		}
+	}
+
+	builtin, err := nodegroup.BuiltinSlices(in.Annotations, TemplateNodeName)
+	switch {
+	case err != nil:
+		rep.Builtin.Description = fmt.Sprintf("invalid autoscaler DRA keys (%v)", err)
+	case builtin == nil:
+		rep.Builtin.Description = "no dra-driver and gpu-count annotations: the autoscaler's template node has no devices"
+	default:
+		rep.Builtin.Available = true
+		rep.Builtin.Description = fmt.Sprintf("dra-driver=%s gpu-count=%s: devices with only type=\"gpu\"; ",
+			in.Annotations[nodegroup.DRADriverKey], in.Annotations[nodegroup.GPUCountKey]) + describe(builtin)
+		if err := allocate(ctx, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func describe(slices []*resourceapi.ResourceSlice) string {
+	count := map[string]int{}
+	var drivers []string
+	for _, s := range slices {
+		if _, ok := count[s.Spec.Driver]; !ok {
+			drivers = append(drivers, s.Spec.Driver)
+		}
+		count[s.Spec.Driver] += len(s.Spec.Devices)
+	}
+	parts := make([]string, len(drivers))
+	for i, d := range drivers {
+		parts[i] = fmt.Sprintf("%d devices of %s", count[d], d)
+	}
+	if len(parts) == 0 {
+		return "no devices"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func allocate(ctx context.Context, v *Verdict, node *corev1.Node, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, claims []*resourceapi.ResourceClaim) error {
+	// The scheduler refuses a claim whose class does not exist before it allocates; so do we,
+	// with its words.
+	lister := classLister(classes)
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			var names []string
+			if r.Exactly != nil {
+				names = append(names, r.Exactly.DeviceClassName)
+			}
+			for _, sub := range r.FirstAvailable {
+				names = append(names, sub.DeviceClassName)
+			}
+			for _, n := range names {
+				if _, err := lister.Get(n); err != nil {
+					v.Reason = fmt.Sprintf("claim %s request %s: device class %s does not exist", c.Name, r.Name, n)
+					return nil
+				}
+			}
+		}
+	}
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	cache := cel.NewCache(100, cel.Features{EnableConsumableCapacity: Features.ConsumableCapacity, EnableListTypeAttributes: Features.ListTypeAttributes})
+	a, err := structured.NewAllocator(ctx, Features, state, lister, slices, cache)
+	if err != nil {
+		return fmt.Errorf("creating the allocator: %w", err)
+	}
+	results, err := a.Allocate(ctx, node, claims)
+	switch {
+	case errors.Is(err, structured.ErrFailedAllocationOnNode):
+		v.Reason = err.Error()
+		return nil
+	case err != nil:
+		v.Reason, v.Error = err.Error(), true
+		return nil
+	case len(results) != len(claims):
+		v.Reason = "cannot allocate all claims"
+		return nil
+	}
+	v.Fits = true
+	for i, r := range results {
+		ca := ClaimAllocation{Claim: claims[i].Namespace + "/" + claims[i].Name}
+		for _, d := range r.Devices.Results {
+			ca.Devices = append(ca.Devices, fmt.Sprintf("%s: %s/%s", d.Request, d.Driver, d.Device))
+		}
+		v.Allocations = append(v.Allocations, ca)
+	}
+	return nil
+}
+
+// classLister serves DeviceClasses from a list, as the scheduler's informer does.
+type classLister []*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	for _, c := range l {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
+// WriteText prints a report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Node group %s: would a new node satisfy the claims?\n", r.Group)
+	for _, v := range []struct {
+		name string
+		v    Verdict
+	}{{"accel-dra template", r.Template}, {"autoscaler built-in (dra-driver/gpu-count)", r.Builtin}} {
+		verdict := "NO"
+		if v.v.Fits {
+			verdict = "YES"
+		}
+		fmt.Fprintf(&b, "  %s: %s\n    template node: %s\n", v.name, verdict, v.v.Description)
+		switch {
+		case v.v.Error:
+			fmt.Fprintf(&b, "    allocator error: %s\n", v.v.Reason)
+		case v.v.Reason != "":
+			fmt.Fprintf(&b, "    reason: %s\n", v.v.Reason)
+		}
+		for _, a := range v.v.Allocations {
+			fmt.Fprintf(&b, "    claim %s: %s\n", a.Claim, strings.Join(a.Devices, ", "))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

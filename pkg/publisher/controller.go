@@ -1,0 +1,403 @@
+// Package publisher is the template publisher: a controller that mirrors the ResourceSlices of
+// the nodes of each Cluster API node group (a MachineDeployment, or a MachineSet without one)
+// into a node group template (package template) and the Cluster Autoscaler's capacity keys
+// (package nodegroup) on the group object, so that the autoscaler can scale the group up from
+// zero for pods with ResourceClaims. docs/template-publisher.md describes its behaviour.
+package publisher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/template"
+)
+
+// Field indexes the reconciler needs on its cache (see AddIndexes).
+const (
+	indexMachineByNode       = "accel-dra.io/machine-node"
+	indexMachineByMachineSet = "accel-dra.io/machine-machineset"
+	indexMachineSetByMD      = "accel-dra.io/machineset-deployment"
+	indexSliceByNode         = "accel-dra.io/slice-node"
+	indexGroupByCopyFrom     = "accel-dra.io/copy-from"
+)
+
+// pendingRetry is how soon a group is looked at again when a node's pool was mid-update.
+const pendingRetry = 5 * time.Second
+
+// cacheWait bounds how long a reconcile waits for the cache to show its own write.
+const cacheWait = 5 * time.Second
+
+// Reconciler publishes the template of one node group per call.
+type Reconciler struct {
+	// Client reads from the informer cache (with the indexes of AddIndexes) and writes to the
+	// API server.
+	Client   client.Client
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+	// Drivers are the DRA drivers whose slices go into templates.
+	Drivers      sets.Set[string]
+	Config       Config
+	BuildOptions template.BuildOptions
+	FieldManager string
+
+	mu sync.Mutex
+	// nodeTemplates caches the template of each node by the identity of its slices, so that
+	// a group of many nodes is not rebuilt from scratch on every event.
+	nodeTemplates map[string]nodeTemplate
+	// problems remembers each group's problems, to emit events and count conflicts only when
+	// they start or change.
+	problems map[GroupKey]map[string]string
+}
+
+type nodeTemplate struct {
+	key  string
+	t    *template.Template
+	hash string
+	err  error
+}
+
+// NewReconciler returns a reconciler for the options.
+func NewReconciler(c client.Client, rec events.EventRecorder, m *Metrics, o *Options) *Reconciler {
+	return &Reconciler{
+		Client:       c,
+		Recorder:     rec,
+		Metrics:      m,
+		Drivers:      sets.New(o.Drivers...),
+		Config:       Config{Budget: o.TemplateBudgetBytes, GPUDriver: o.GPUDriver},
+		BuildOptions: template.BuildOptions{IdentityAttributes: o.IdentityAttributes, KeepDeviceTaints: o.KeepDeviceTaints},
+		FieldManager: FieldManager,
+	}
+}
+
+// Reconcile looks at one node group and writes its annotations if they changed.
+func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	obj, err := r.getGroup(ctx, key)
+	if apierrors.IsNotFound(err) {
+		r.forget(key)
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if ms, ok := obj.(*clusterv1.MachineSet); ok && MachineDeploymentOf(ms) != "" {
+		// Owned by a MachineDeployment, which is the node group.
+		r.forget(key)
+		return reconcile.Result{}, nil
+	}
+
+	nodes, err := r.groupNodes(ctx, key, obj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	in := Input{
+		Annotations: obj.GetAnnotations(),
+		Owned:       ownedAnnotations(obj, r.FieldManager),
+		Nodes:       nodes,
+	}
+	if v, ok := in.Annotations[nodegroup.CopyFromAnnotation]; ok && len(nodes) == 0 {
+		in.CopyFrom = r.copySource(ctx, key, v)
+	}
+	plan := Decide(in, r.Config)
+	r.report(ctx, key, obj, plan.Problems)
+
+	if plan.Apply != nil {
+		if err := r.apply(ctx, key, obj, plan.Apply); err != nil {
+			r.Metrics.Writes.WithLabelValues("error").Inc()
+			return reconcile.Result{}, fmt.Errorf("writing annotations of %s: %w", key, err)
+		}
+		r.Metrics.Writes.WithLabelValues("success").Inc()
+		r.waitForCache(ctx, key, plan)
+		logger.V(2).Info("Published node group annotations", "changed", plan.Changed, "hash", plan.Apply[template.HashAnnotation],
+			"source", plan.Apply[nodegroup.SourceAnnotation], "templateBytes", plan.TemplateBytes, "nodes", len(nodes))
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "TemplatePublished", "Publish",
+			"node group annotations updated: template %s (%d bytes, source %s), %d nodes",
+			orNone(plan.Apply[template.HashAnnotation]), plan.TemplateBytes, orNone(plan.Apply[nodegroup.SourceAnnotation]), len(nodes))
+	} else {
+		logger.V(5).Info("Node group annotations up to date", "nodes", len(nodes))
+	}
+	r.Metrics.TemplateBytes.WithLabelValues(key.Kind, key.Namespace, key.Name).Set(float64(plan.TemplateBytes))
+	if plan.Pending {
+		return reconcile.Result{RequeueAfter: pendingRetry}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+func (r *Reconciler) getGroup(ctx context.Context, key GroupKey) (client.Object, error) {
+	var obj client.Object
+	switch key.Kind {
+	case KindMachineDeployment:
+		obj = &clusterv1.MachineDeployment{}
+	case KindMachineSet:
+		obj = &clusterv1.MachineSet{}
+	default:
+		return nil, fmt.Errorf("unknown node group kind %q", key.Kind)
+	}
+	return obj, r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, obj)
+}
+
+// groupNodes returns the nodes of the group's current MachineSet with their templates.
+func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Object) ([]NodeInput, error) {
+	ms, ok := obj.(*clusterv1.MachineSet)
+	if !ok {
+		var list clusterv1.MachineSetList
+		if err := r.Client.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{indexMachineSetByMD: key.Name}); err != nil {
+			return nil, fmt.Errorf("listing MachineSets of %s: %w", key, err)
+		}
+		sets := make([]*clusterv1.MachineSet, len(list.Items))
+		for i := range list.Items {
+			sets[i] = &list.Items[i]
+		}
+		if ms = CurrentMachineSet(sets); ms == nil {
+			return nil, nil
+		}
+	}
+	var machines clusterv1.MachineList
+	if err := r.Client.List(ctx, &machines, client.InNamespace(key.Namespace), client.MatchingFields{indexMachineByMachineSet: ms.Name}); err != nil {
+		return nil, fmt.Errorf("listing Machines of MachineSet %s/%s: %w", ms.Namespace, ms.Name, err)
+	}
+	seen := sets.New[string]()
+	var out []NodeInput
+	for i := range machines.Items {
+		name := machines.Items[i].Status.NodeRef.Name
+		if name == "" || seen.Has(name) {
+			continue
+		}
+		seen.Insert(name)
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("getting node %s: %w", name, err)
+		}
+		var sliceList resourceapi.ResourceSliceList
+		if err := r.Client.List(ctx, &sliceList, client.MatchingFields{indexSliceByNode: name}); err != nil {
+			return nil, fmt.Errorf("listing ResourceSlices of node %s: %w", name, err)
+		}
+		out = append(out, r.nodeTemplate(node, sliceList.Items))
+	}
+	slices.SortFunc(out, func(a, b NodeInput) int { return strings.Compare(a.Node.Name, b.Node.Name) })
+	return out, nil
+}
+
+// nodeTemplate builds (or takes from the cache) the template of a node's slices of the
+// configured drivers.
+func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceSlice) NodeInput {
+	var mine []resourceapi.ResourceSlice
+	ids := make([]string, 0, len(all))
+	for _, s := range all {
+		if !r.Drivers.Has(s.Spec.Driver) {
+			continue
+		}
+		mine = append(mine, s)
+		ids = append(ids, string(s.UID)+"@"+s.ResourceVersion)
+	}
+	in := NodeInput{Node: node}
+	if len(mine) == 0 {
+		return in
+	}
+	slices.Sort(ids)
+	cacheKey := strings.Join(ids, ",")
+
+	r.mu.Lock()
+	cached, ok := r.nodeTemplates[node.Name]
+	r.mu.Unlock()
+	if !ok || cached.key != cacheKey {
+		cached = nodeTemplate{key: cacheKey}
+		cached.t, cached.err = template.Build(mine, r.BuildOptions)
+		if cached.err == nil {
+			cached.hash, cached.err = cached.t.Hash()
+		}
+		if cached.err != nil {
+			cached.t = nil
+		}
+		r.mu.Lock()
+		if r.nodeTemplates == nil {
+			r.nodeTemplates = map[string]nodeTemplate{}
+		}
+		r.nodeTemplates[node.Name] = cached
+		r.mu.Unlock()
+	}
+	in.Template, in.Hash, in.Err = cached.t, cached.hash, cached.err
+	return in
+}
+
+// ForgetNode drops a deleted node's cached template.
+func (r *Reconciler) ForgetNode(name string) {
+	r.mu.Lock()
+	delete(r.nodeTemplates, name)
+	r.mu.Unlock()
+}
+
+func (r *Reconciler) copySource(ctx context.Context, key GroupKey, value string) *CopySource {
+	ns, name, err := ParseCopyFrom(key.Namespace, value)
+	if err != nil {
+		return &CopySource{Ref: value, Err: err}
+	}
+	src := &CopySource{Ref: ns + "/" + name}
+	if key.Kind == KindMachineDeployment && ns == key.Namespace && name == key.Name {
+		src.Err = fmt.Errorf("a group cannot copy from itself")
+		return src
+	}
+	md := &clusterv1.MachineDeployment{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, md); err != nil {
+		if !apierrors.IsNotFound(err) {
+			src.Err = err
+		}
+		return src
+	}
+	src.Annotations = md.Annotations
+	if src.Annotations == nil {
+		src.Annotations = map[string]string{}
+	}
+	return src
+}
+
+// apply writes the publisher's annotations with server-side apply: the keys in ann get these
+// values, and keys the publisher applied before but left out now are removed. The object's UID
+// is a precondition, so a group deleted and re-created meanwhile is not touched.
+func (r *Reconciler) apply(ctx context.Context, key GroupKey, obj client.Object, ann map[string]string) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": clusterv1.GroupVersion.String(),
+		"kind":       key.Kind,
+		"metadata": map[string]any{
+			"name":        key.Name,
+			"namespace":   key.Namespace,
+			"uid":         obj.GetUID(),
+			"annotations": ann,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(r.FieldManager), client.ForceOwnership)
+}
+
+// waitForCache waits (briefly) until the informer cache shows the annotations just written.
+// Without it, an event queued meanwhile (another node's slice of the same rollout) makes the next
+// reconcile read the object from before the write and write the same values again.
+func (r *Reconciler) waitForCache(ctx context.Context, key GroupKey, plan Plan) {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
+		obj, err := r.getGroup(ctx, key)
+		if err != nil {
+			return false, nil
+		}
+		ann := obj.GetAnnotations()
+		for k, v := range plan.Apply {
+			if ann[k] != v {
+				return false, nil
+			}
+		}
+		for _, k := range plan.Changed {
+			if _, want := plan.Apply[k]; !want {
+				if _, ok := ann[k]; ok {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		// Someone else changed the object meanwhile; the next event sorts it out.
+		klog.FromContext(ctx).V(4).Info("Cache did not show the write in time", "err", err)
+	}
+}
+
+// report emits an event and counts a conflict when a problem starts, logs when its message
+// changes, and keeps the per-reason gauge current.
+func (r *Reconciler) report(ctx context.Context, key GroupKey, obj client.Object, problems []Problem) {
+	now := map[string]string{}
+	for _, p := range problems {
+		now[p.Reason] = p.Message
+	}
+	r.mu.Lock()
+	before := r.problems[key]
+	if len(now) == 0 {
+		delete(r.problems, key)
+	} else {
+		if r.problems == nil {
+			r.problems = map[GroupKey]map[string]string{}
+		}
+		r.problems[key] = now
+	}
+	r.mu.Unlock()
+
+	for _, reason := range Reasons {
+		_, was := before[reason]
+		_, is := now[reason]
+		switch {
+		case is && !was:
+			r.Metrics.GroupsWithProblems.WithLabelValues(reason).Inc()
+			r.Metrics.Conflicts.WithLabelValues(reason).Inc()
+		case was && !is:
+			r.Metrics.GroupsWithProblems.WithLabelValues(reason).Dec()
+			klog.FromContext(ctx).Info("Node group problem resolved", "reason", reason)
+		}
+		switch {
+		case is && !was:
+			klog.FromContext(ctx).Info("Node group problem", "reason", reason, "message", now[reason])
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Publish", "%s", now[reason])
+		case is && before[reason] != now[reason]:
+			// Only logged: while a driver rolls out node by node the message changes with
+			// every node, and an event each time would be noise.
+			klog.FromContext(ctx).V(2).Info("Node group problem changed", "reason", reason, "message", now[reason])
+		}
+	}
+}
+
+// forget drops what is remembered about a group that no longer is one.
+func (r *Reconciler) forget(key GroupKey) {
+	r.report(context.Background(), key, nil, nil)
+	r.Metrics.TemplateBytes.DeleteLabelValues(key.Kind, key.Namespace, key.Name)
+}
+
+// ownedAnnotations returns the annotation keys that manager owns through server-side apply.
+func ownedAnnotations(obj metav1.Object, manager string) sets.Set[string] {
+	out := sets.New[string]()
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			continue
+		}
+		for k := range maps.Keys(fields.Metadata.Annotations) {
+			if name, ok := strings.CutPrefix(k, "f:"); ok {
+				out.Insert(name)
+			}
+		}
+	}
+	return out
+}

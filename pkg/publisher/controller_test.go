@@ -1,0 +1,297 @@
+package publisher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/template"
+)
+
+// builderIndexer registers AddIndexes' indexes on a fake client builder.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+type env struct {
+	t        *testing.T
+	ctx      context.Context
+	client   client.Client
+	r        *Reconciler
+	recorder *events.FakeRecorder
+}
+
+// newEnv returns a reconciler on a fake client holding objs.
+func newEnv(t *testing.T, objs ...client.Object) *env {
+	t.Helper()
+	scheme, err := NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithReturnManagedFields()
+	if err := AddIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.Build()
+	rec := events.NewFakeRecorder(100)
+	o := NewOptions()
+	r := NewReconciler(c, rec, NewMetrics(prometheus.NewRegistry()), o)
+	_, ctx := ktesting.NewTestContext(t)
+	return &env{t: t, ctx: ctx, client: c, r: r, recorder: rec}
+}
+
+func slicesOf(node string, s shape) []client.Object {
+	var out []client.Object
+	for _, sl := range gpuSlices(node, s) {
+		out = append(out, sl.DeepCopy())
+	}
+	return out
+}
+
+func (e *env) reconcile(key GroupKey) {
+	e.t.Helper()
+	if _, err := e.r.Reconcile(e.ctx, key); err != nil {
+		e.t.Fatalf("Reconcile(%s): %v", key, err)
+	}
+}
+
+func (e *env) annotations(key GroupKey) map[string]string {
+	e.t.Helper()
+	obj, err := e.r.getGroup(e.ctx, key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return obj.GetAnnotations()
+}
+
+func (e *env) writes() float64 {
+	return testutil.ToFloat64(e.r.Metrics.Writes.WithLabelValues("success"))
+}
+
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// productOf decodes a group's template and returns the product name of its first device.
+func productOf(t *testing.T, ann map[string]string) string {
+	t.Helper()
+	tmpl, err := template.Decode(ann)
+	if err != nil {
+		t.Fatalf("decoding the template: %v", err)
+	}
+	return *tmpl.Drivers[0].Devices[0].Attributes["productName"].StringValue
+}
+
+func TestReconcileMachineDeployment(t *testing.T) {
+	md := machineDeployment("gpu", nil)
+	old := machineSet("gpu-old", "gpu", 1, time.Hour)
+	cur := machineSet("gpu-new", "gpu", 2, 0)
+	objs := []client.Object{md, old, cur,
+		machine("m-old", old, "node-old"), machine("m-new-1", cur, "node-new-1"), machine("m-new-2", cur, "node-new-2"),
+		machine("m-nonode", cur, ""),
+		gpuNode("node-old"), gpuNode("node-new-1"), gpuNode("node-new-2"),
+	}
+	objs = append(objs, slicesOf("node-old", a100)...)
+	objs = append(objs, slicesOf("node-new-1", h100)...)
+	objs = append(objs, slicesOf("node-new-2", h100)...)
+	e := newEnv(t, objs...)
+	key := GroupKey{KindMachineDeployment, ns, "gpu"}
+
+	e.reconcile(key)
+	ann := e.annotations(key)
+	if got := productOf(t, ann); got != h100.product {
+		t.Errorf("template from product %q, want the current revision's %q (old revision ignored)", got, h100.product)
+	}
+	for k, v := range map[string]string{nodegroup.GPUCountKey: "8", nodegroup.CPUKey: "96", nodegroup.SourceAnnotation: nodegroup.SourceNodes} {
+		if ann[k] != v {
+			t.Errorf("%s = %q, want %q", k, ann[k], v)
+		}
+	}
+	if w := e.writes(); w != 1 {
+		t.Errorf("writes = %v, want 1", w)
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], "TemplatePublished") {
+		t.Errorf("events = %q, want one TemplatePublished", ev)
+	}
+
+	// Steady state: no write.
+	e.reconcile(key)
+	if w := e.writes(); w != 1 {
+		t.Errorf("writes after a second reconcile = %v, want still 1", w)
+	}
+
+	// The owned keys are tracked through managed fields.
+	obj, _ := e.r.getGroup(e.ctx, key)
+	owned := ownedAnnotations(obj, FieldManager)
+	for _, k := range []string{template.HashAnnotation, nodegroup.CPUKey, nodegroup.SourceAnnotation} {
+		if !owned.Has(k) {
+			t.Errorf("publisher does not own %s after its write; owns %v", k, owned.UnsortedList())
+		}
+	}
+
+	// A node of the current revision starts publishing a different shape: conflict, template
+	// kept, warning event and metric.
+	var s resourceapi.ResourceSlice
+	if err := e.client.Get(e.ctx, types.NamespacedName{Name: "node-new-2-gpu"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.Devices = s.Spec.Devices[:7]
+	if err := e.client.Update(e.ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(key)
+	if diff := cmp.Diff(ann, e.annotations(key)); diff != "" {
+		t.Errorf("annotations changed on a conflict (-before +after):\n%s", diff)
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], ReasonNodesDisagree) || !strings.Contains(ev[0], "node-new-2") {
+		t.Errorf("events = %q, want one %s naming node-new-2", ev, ReasonNodesDisagree)
+	}
+	if v := testutil.ToFloat64(e.r.Metrics.GroupsWithProblems.WithLabelValues(ReasonNodesDisagree)); v != 1 {
+		t.Errorf("groups_with_problems{%s} = %v, want 1", ReasonNodesDisagree, v)
+	}
+	e.reconcile(key)
+	if ev := e.events(); len(ev) != 0 {
+		t.Errorf("the same conflict reported again: %q", ev)
+	}
+	if v := testutil.ToFloat64(e.r.Metrics.Conflicts.WithLabelValues(ReasonNodesDisagree)); v != 1 {
+		t.Errorf("conflicts_total{%s} = %v, want 1", ReasonNodesDisagree, v)
+	}
+
+	// Scale to zero: the machines and nodes go away, the annotations stay.
+	for _, o := range []client.Object{
+		&clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m-new-1"}},
+		&clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m-new-2"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-new-1"}},
+		&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-new-1-gpu"}},
+	} {
+		if err := e.client.Delete(e.ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.reconcile(key)
+	if diff := cmp.Diff(ann, e.annotations(key)); diff != "" {
+		t.Errorf("annotations changed at zero (-before +after):\n%s", diff)
+	}
+	if v := testutil.ToFloat64(e.r.Metrics.GroupsWithProblems.WithLabelValues(ReasonNodesDisagree)); v != 0 {
+		t.Errorf("groups_with_problems{%s} = %v at zero, want 0", ReasonNodesDisagree, v)
+	}
+	if w := e.writes(); w != 1 {
+		t.Errorf("writes = %v, want still 1", w)
+	}
+}
+
+func TestReconcileBareMachineSetAndCopyFrom(t *testing.T) {
+	bare := machineSet("bare", "", 0, 0)
+	owned := machineSet("owned", "gpu", 1, 0)
+	seeded := machineDeployment("seeded", map[string]string{nodegroup.CopyFromAnnotation: "bare-md"})
+	bareMD := machineDeployment("bare-md", nil)
+	objs := []client.Object{bare, owned, seeded, bareMD, machineDeployment("gpu", nil),
+		machine("m1", bare, "n1"), gpuNode("n1")}
+	objs = append(objs, slicesOf("n1", a100)...)
+	e := newEnv(t, objs...)
+
+	// A MachineSet without a MachineDeployment is a group of its own.
+	e.reconcile(GroupKey{KindMachineSet, ns, "bare"})
+	if got := productOf(t, e.annotations(GroupKey{KindMachineSet, ns, "bare"})); got != a100.product {
+		t.Errorf("bare MachineSet template product %q, want %q", got, a100.product)
+	}
+	// A MachineSet of a MachineDeployment is not.
+	e.reconcile(GroupKey{KindMachineSet, ns, "owned"})
+	if ann := e.annotations(GroupKey{KindMachineSet, ns, "owned"}); ann[template.HashAnnotation] != "" {
+		t.Errorf("MachineSet owned by a MachineDeployment got a template")
+	}
+	e.events()
+
+	// copy-from a MachineDeployment without a template: warning, nothing written.
+	seededKey := GroupKey{KindMachineDeployment, ns, "seeded"}
+	e.reconcile(seededKey)
+	if ann := e.annotations(seededKey); ann[template.HashAnnotation] != "" {
+		t.Errorf("copied a template that does not exist")
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], ReasonCopyFromFailed) {
+		t.Errorf("events = %q, want one %s", ev, ReasonCopyFromFailed)
+	}
+
+	// Give bare-md a template (as if it had nodes), then the copy works.
+	src := e.annotations(GroupKey{KindMachineSet, ns, "bare"})
+	md := &clusterv1.MachineDeployment{}
+	if err := e.client.Get(e.ctx, types.NamespacedName{Namespace: ns, Name: "bare-md"}, md); err != nil {
+		t.Fatal(err)
+	}
+	md.Annotations = src
+	if err := e.client.Update(e.ctx, md); err != nil {
+		t.Fatal(err)
+	}
+	keys := e.r.groupsOfMachineDeployment(e.ctx, md, false)
+	if diff := cmp.Diff([]GroupKey{{KindMachineDeployment, ns, "bare-md"}, seededKey}, keys); diff != "" {
+		t.Errorf("a change of bare-md does not requeue the group copying from it (-want +got):\n%s", diff)
+	}
+	e.reconcile(seededKey)
+	ann := e.annotations(seededKey)
+	if ann[template.HashAnnotation] != src[template.HashAnnotation] || ann[nodegroup.CPUKey] != src[nodegroup.CPUKey] {
+		t.Errorf("copy: hash %q cpu %q, want %q %q", ann[template.HashAnnotation], ann[nodegroup.CPUKey], src[template.HashAnnotation], src[nodegroup.CPUKey])
+	}
+	if ann[nodegroup.SourceAnnotation] != "copy-from:"+ns+"/bare-md" {
+		t.Errorf("source = %q", ann[nodegroup.SourceAnnotation])
+	}
+	if _, ok := ann[nodegroup.LabelsKey]; ok {
+		t.Errorf("labels copied from another group")
+	}
+}
+
+func TestEventMapping(t *testing.T) {
+	md := machineDeployment("gpu", nil)
+	ms := machineSet("gpu-1", "gpu", 1, 0)
+	bare := machineSet("bare", "", 0, 0)
+	e := newEnv(t, md, ms, bare,
+		machine("m1", ms, "n1"), machine("m2", bare, "n2"), gpuNode("n1"), gpuNode("n2"))
+	mdKey, bareKey := GroupKey{KindMachineDeployment, ns, "gpu"}, GroupKey{KindMachineSet, ns, "bare"}
+
+	slice := slicesOf("n1", h100)[0].(*resourceapi.ResourceSlice)
+	otherDriver := slice.DeepCopy()
+	otherDriver.Spec.Driver = "nic.example.com"
+	for _, tc := range []struct {
+		name string
+		got  []GroupKey
+		want []GroupKey
+	}{
+		{"node of an MD's machine", e.r.groupsOfNode(e.ctx, "n1"), []GroupKey{mdKey}},
+		{"node of a bare MS's machine", e.r.groupsOfNode(e.ctx, "n2"), []GroupKey{bareKey}},
+		{"node without machine", e.r.groupsOfNode(e.ctx, "n3"), nil},
+		{"slice of a node", e.r.groupsOfSlice(e.ctx, slice, false), []GroupKey{mdKey}},
+		{"slice of another driver", e.r.groupsOfSlice(e.ctx, otherDriver, false), nil},
+		{"machineset", e.r.groupsOfMachineSet(e.ctx, ms, false), []GroupKey{mdKey}},
+		{"bare machineset", e.r.groupsOfMachineSet(e.ctx, bare, false), []GroupKey{bareKey}},
+		{"machine whose MachineSet is not known yet", e.r.groupsOfMachine(e.ctx, machine("m3", machineSet("later", "other", 1, 0), "n3"), false), []GroupKey{{KindMachineDeployment, ns, "other"}}},
+	} {
+		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+// Package nodegroup computes the annotations that describe a Cluster API node group to the
+// Cluster Autoscaler besides the DRA template itself (package template): the
+// `capacity.cluster-autoscaler.kubernetes.io/` keys that released autoscalers read (cpu, memory,
+// ephemeral disk, max pods, labels, taints, and the DRA driver and GPU count of their built-in
+// DRA template), plus the template publisher's own bookkeeping keys.
+//
+// It also goes the other way, for `accelctl simulate`: from annotations to the template node and
+// to the ResourceSlice the autoscaler invents from `dra-driver` and `gpu-count`.
+//
+// docs/template-publisher.md is the contract for these keys.
+package nodegroup
+
+import "github.com/accel-dra/accel-dra/pkg/template"
+
+// Keys the Cluster Autoscaler's clusterapi provider reads from a MachineDeployment or MachineSet
+// (see /docs/template-publisher.md for the value formats).
+const (
+	CapacityPrefix   = "capacity.cluster-autoscaler.kubernetes.io/"
+	CPUKey           = CapacityPrefix + "cpu"
+	MemoryKey        = CapacityPrefix + "memory"
+	EphemeralDiskKey = CapacityPrefix + "ephemeral-disk"
+	MaxPodsKey       = CapacityPrefix + "maxPods"
+	LabelsKey        = CapacityPrefix + "labels"
+	TaintsKey        = CapacityPrefix + "taints"
+	DRADriverKey     = CapacityPrefix + "dra-driver"
+	GPUCountKey      = CapacityPrefix + "gpu-count"
+)
+
+// The publisher's own keys, in the template format's domain. They are not part of the template
+// format (docs/template-format.md); readers of templates ignore them.
+const (
+	// SourceAnnotation says where the group's template came from: SourceNodes, SourceSeed, or
+	// SourceCopyPrefix followed by "<namespace>/<name>" of the group it was copied from. The
+	// publisher never replaces a template that came from the group's own nodes with a seed or a
+	// copy; remove this annotation to allow that.
+	SourceAnnotation = template.AnnotationPrefix + "source"
+	// CopyFromAnnotation, set by an operator on a MachineDeployment (or bare MachineSet) as
+	// "[<namespace>/]<name>" of another MachineDeployment, makes the publisher copy that group's
+	// template and capacity keys while this group has no nodes of its own.
+	CopyFromAnnotation = template.AnnotationPrefix + "copy-from"
+)
+
+// DefaultGPUDriver is the driver dra-driver and gpu-count describe by default.
+const DefaultGPUDriver = "gpu.accel-dra.io"
+
+// Values of SourceAnnotation.
+const (
+	SourceNodes      = "nodes"
+	SourceSeed       = "seed"
+	SourceCopyPrefix = "copy-from:"
+)
+
+// TemplateKeys are the template format's annotations (package template).
+var TemplateKeys = []string{
+	template.VersionAnnotation,
+	template.HashAnnotation,
+	template.EncodingAnnotation,
+	template.ResourceSlicesAnnotation,
+}
+
+// ShapeKeys are the capacity keys that describe the machine rather than where it runs; a copy
+// from another group (CopyFromAnnotation) takes these but not labels and taints, which are
+// usually specific to a group.
+var ShapeKeys = []string{CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, DRADriverKey, GPUCountKey}
+
+// ManagedKeys are all keys the publisher may write. It owns them (server-side apply, field
+// manager accel-dra-template-publisher) and leaves every other annotation alone.
+var ManagedKeys = append(append(append([]string{}, TemplateKeys...),
+	CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, LabelsKey, TaintsKey, DRADriverKey, GPUCountKey),
+	SourceAnnotation)
+
+// IsManagedKey reports whether k is one of ManagedKeys.
+func IsManagedKey(k string) bool {
+	for _, m := range ManagedKeys {
+		if m == k {
+			return true
+		}
+	}
+	return false
+}

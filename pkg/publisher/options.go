@@ -1,0 +1,112 @@
+package publisher
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/accel-dra/accel-dra/pkg/kubeclient"
+	"github.com/accel-dra/accel-dra/pkg/template"
+)
+
+// Name is the binary's name, the default leader election lease name, the controller name and
+// the field manager of its writes.
+const Name = "accel-dra-template-publisher"
+
+// FieldManager is the server-side apply field manager of the publisher's annotation writes.
+const FieldManager = Name
+
+// Default driver names.
+const (
+	GPUDriverName = "gpu.accel-dra.io"
+	NPUDriverName = "npu.accel-dra.io"
+)
+
+// Options are the publisher's settings, one flag each.
+type Options struct {
+	Kube                    kubeclient.Options
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+	MetricsBindAddress      string
+	HealthProbeBindAddress  string
+	Drivers                 []string
+	GPUDriver               string
+	TemplateBudgetBytes     int
+	WatchNamespace          string
+	IdentityAttributes      []string
+	KeepDeviceTaints        bool
+	Workers                 int
+	Profiling               bool
+	Logging                 *logsapi.LoggingConfiguration
+	// LeaseDuration and friends are not flags; tests shorten them.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// NewOptions returns the defaults, which fit the Helm chart's Deployment.
+func NewOptions() *Options {
+	return &Options{
+		// A controller, not a node agent: modest rate limits, enough to write every group
+		// of a large cluster after a restart within seconds.
+		Kube:                   kubeclient.Options{QPS: 50, Burst: 100},
+		LeaderElect:            true,
+		LeaderElectionID:       Name,
+		MetricsBindAddress:     ":8080",
+		HealthProbeBindAddress: ":8081",
+		Drivers:                []string{GPUDriverName, NPUDriverName},
+		GPUDriver:              GPUDriverName,
+		TemplateBudgetBytes:    template.DefaultBudget,
+		IdentityAttributes:     template.DefaultIdentityAttributes(),
+		Workers:                2,
+		Logging:                logsapi.NewLoggingConfiguration(),
+		LeaseDuration:          15 * time.Second,
+		RenewDeadline:          10 * time.Second,
+		RetryPeriod:            2 * time.Second,
+	}
+}
+
+// NewFlagSet returns the binary's flag set bound to o. The Helm chart test parses the chart's
+// container args with this same flag set, so a renamed flag fails there.
+func (o *Options) NewFlagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet(Name, pflag.ContinueOnError)
+	o.Kube.AddFlags(fs)
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run only while holding the leader election lease, so that replicas can stand by.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease (default: the namespace the pod runs in).")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election lease.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint (plain HTTP); 0 disables it.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints; 0 disables them.")
+	fs.StringSliceVar(&o.Drivers, "drivers", o.Drivers, "DRA drivers whose ResourceSlices go into node group templates.")
+	fs.StringVar(&o.GPUDriver, "autoscaler-gpu-driver", o.GPUDriver, "Driver named in capacity.cluster-autoscaler.kubernetes.io/dra-driver, with gpu-count its number of devices; empty writes neither.")
+	fs.IntVar(&o.TemplateBudgetBytes, "template-budget-bytes", o.TemplateBudgetBytes, fmt.Sprintf("Size limit of the template annotations (keys plus values), at most %d. A larger template is not written (and never truncated).", template.MaxBudget))
+	fs.StringVar(&o.WatchNamespace, "watch-namespace", o.WatchNamespace, "Only publish templates for MachineDeployments and MachineSets in this namespace (default: all).")
+	fs.StringSliceVar(&o.IdentityAttributes, "identity-attributes", o.IdentityAttributes, "Device attributes whose values identify one piece of hardware; they become placeholders in templates (a name without a domain matches that identifier in any domain).")
+	fs.BoolVar(&o.KeepDeviceTaints, "keep-device-taints", o.KeepDeviceTaints, "Keep device taints in templates (by default they are dropped as transient).")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Node groups reconciled in parallel.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go profiles under /debug/pprof/ on the metrics address.")
+	logsapi.AddFlags(o.Logging, fs)
+	return fs
+}
+
+// Validate checks the options after parsing.
+func (o *Options) Validate() error {
+	if o.TemplateBudgetBytes <= 0 || o.TemplateBudgetBytes > template.MaxBudget {
+		return fmt.Errorf("--template-budget-bytes=%d: must be in (0, %d]", o.TemplateBudgetBytes, template.MaxBudget)
+	}
+	if len(o.Drivers) == 0 {
+		return fmt.Errorf("--drivers: at least one driver is required")
+	}
+	if o.Workers < 1 {
+		return fmt.Errorf("--workers=%d: must be at least 1", o.Workers)
+	}
+	if o.LeaderElect && o.LeaderElectionID == "" {
+		return fmt.Errorf("--leader-election-id must not be empty with --leader-elect")
+	}
+	return nil
+}
+
+// ApplyLogging validates and applies the logging flags; call it once after flag parsing.
+func (o *Options) ApplyLogging() error {
+	return logsapi.ValidateAndApply(o.Logging, nil)
+}

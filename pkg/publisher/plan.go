@@ -1,0 +1,309 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/template"
+)
+
+// Reasons of the problems a node group can have; they are the reasons of the Warning events on
+// the group object and the reason label of the conflict metrics.
+const (
+	// ReasonNodesDisagree: nodes of the group's current revision give different templates. The
+	// last good template is kept.
+	ReasonNodesDisagree = "TemplateNodesDisagree"
+	// ReasonOverBudget: the template does not fit --template-budget-bytes. It is never
+	// truncated; the last good template is kept.
+	ReasonOverBudget = "TemplateOverBudget"
+	// ReasonCopyFromFailed: the group asks to copy another group's template
+	// (template.accel-dra.io/copy-from), but that group or its template cannot be read.
+	ReasonCopyFromFailed = "TemplateCopyFromFailed"
+	// ReasonInvalidSlices: a node's ResourceSlices cannot be made into a template (for example a
+	// pool with per-device node selection). That node is left out.
+	ReasonInvalidSlices = "TemplateInvalidSlices"
+)
+
+// Reasons lists every problem reason, for metrics.
+var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices}
+
+// NodeInput is one node of a group's current revision and the template of its ResourceSlices.
+type NodeInput struct {
+	Node *corev1.Node
+	// Template is the template of the node's ResourceSlices of the configured drivers, nil when
+	// it has none (its plugins have not published yet, or it has no accelerators) or when Err
+	// is set.
+	Template *template.Template
+	// Hash is Template's hash.
+	Hash string
+	// Err says why the slices could not be templated; template.ErrIncompletePool (wrapped)
+	// means a pool is being updated and the node is only skipped for now.
+	Err error
+}
+
+// CopySource is the group named by the copy-from annotation.
+type CopySource struct {
+	// Ref is "<namespace>/<name>".
+	Ref string
+	// Annotations of that group; nil when it does not exist.
+	Annotations map[string]string
+	// Err is set when the annotation itself is malformed or names the group itself.
+	Err error
+}
+
+// Input is what the publisher knows about one node group when it decides what to write.
+type Input struct {
+	// Annotations are the group object's current annotations.
+	Annotations map[string]string
+	// Owned are the annotation keys the publisher's field manager owns on the object (applied
+	// by an earlier write).
+	Owned sets.Set[string]
+	// Nodes are the nodes whose Machines belong to the group's current MachineSet.
+	Nodes []NodeInput
+	// CopyFrom is the group named by the copy-from annotation, nil if there is none.
+	CopyFrom *CopySource
+}
+
+// Config are the settings Decide needs.
+type Config struct {
+	// Budget is the size limit of the template annotations (template.Template.Encode).
+	Budget int
+	// GPUDriver is the driver whose devices dra-driver and gpu-count describe; empty: none.
+	GPUDriver string
+}
+
+// Problem is something an operator should know about a group.
+type Problem struct {
+	Reason  string
+	Message string
+}
+
+// Plan is the outcome of Decide.
+type Plan struct {
+	// Apply is the complete set of the publisher's annotations the object should have after a
+	// server-side apply: a key the publisher owns and that is not in Apply is removed. Nil
+	// when the object already has exactly these values, so that nothing is written.
+	Apply map[string]string
+	// Desired is what the publisher's keys should be (Apply, also when nothing needs writing).
+	Desired map[string]string
+	// Changed are the keys Apply sets to a new value or removes, sorted.
+	Changed []string
+	// Problems found.
+	Problems []Problem
+	// Pending is set when a node was skipped because a pool of it is being updated; try again
+	// later.
+	Pending bool
+	// TemplateBytes is the size (keys plus values) of the template annotations the object has
+	// after the write.
+	TemplateBytes int
+}
+
+// Decide works out the publisher's annotations for one group. It is a pure function; see
+// docs/template-publisher.md for the rules it implements.
+//
+//   - With nodes at the current revision: the capacity keys come from all of them. The
+//     template comes from the nodes that have slices; if they all give the same template it is
+//     encoded within the budget and written with dra-driver/gpu-count and source "nodes". If
+//     they disagree, or the template is over budget, the last good template (and its
+//     dra-driver/gpu-count) is kept and a problem is reported.
+//   - Without nodes (never scaled up, or scaled to zero): nothing is written, except that a
+//     group with a copy-from annotation whose template did not come from its own nodes gets
+//     the other group's template and shape keys (not labels and taints).
+//
+// cpu, memory, ephemeral-disk and maxPods are never removed: when no node reports them the
+// current values are kept.
+func Decide(in Input, cfg Config) Plan {
+	cur := in.Annotations
+	desired := map[string]string{}
+	var p Plan
+	keep := func(keys ...string) {
+		for _, k := range keys {
+			if v, ok := cur[k]; ok && in.Owned.Has(k) {
+				desired[k] = v
+			}
+		}
+	}
+	set := func(m map[string]string) { maps.Copy(desired, m) }
+	keepTemplate := func() {
+		keep(nodegroup.TemplateKeys...)
+		keep(nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
+	}
+
+	if len(in.Nodes) == 0 {
+		if in.CopyFrom == nil || cur[nodegroup.SourceAnnotation] == nodegroup.SourceNodes {
+			// A group at zero keeps what it has: the autoscaler needs it most now.
+			p.TemplateBytes = templateBytes(cur)
+			return p
+		}
+		keep(nodegroup.LabelsKey, nodegroup.TaintsKey)
+		if prob := copyFrom(in.CopyFrom, cfg, desired); prob != nil {
+			p.Problems = append(p.Problems, *prob)
+			p.TemplateBytes = templateBytes(cur)
+			return p
+		}
+		for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey} {
+			if _, ok := desired[k]; !ok {
+				keep(k)
+			}
+		}
+		return finish(p, in, desired)
+	}
+
+	nodes := make([]*corev1.Node, 0, len(in.Nodes))
+	byHash := map[string][]string{}
+	var first *template.Template
+	var invalid []string
+	for _, n := range in.Nodes {
+		nodes = append(nodes, n.Node)
+		switch {
+		case errors.Is(n.Err, template.ErrIncompletePool):
+			p.Pending = true
+		case n.Err != nil:
+			invalid = append(invalid, fmt.Sprintf("%s: %v", n.Node.Name, n.Err))
+		case n.Template != nil:
+			if len(byHash) == 0 {
+				first = n.Template
+			}
+			byHash[n.Hash] = append(byHash[n.Hash], n.Node.Name)
+		}
+	}
+	if len(invalid) > 0 {
+		slices.Sort(invalid)
+		p.Problems = append(p.Problems, Problem{ReasonInvalidSlices, "ResourceSlices of nodes cannot be templated (nodes left out): " + strings.Join(invalid, "; ")})
+	}
+
+	capacity := nodegroup.Capacity(nodes)
+	set(capacity)
+	for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey} {
+		if _, ok := capacity[k]; !ok {
+			keep(k)
+		}
+	}
+
+	switch len(byHash) {
+	case 0:
+		keepTemplate()
+	case 1:
+		ann, err := first.Encode(cfg.Budget)
+		var be *template.BudgetError
+		switch {
+		case errors.As(err, &be):
+			p.Problems = append(p.Problems, Problem{ReasonOverBudget, fmt.Sprintf("the template of nodes %s needs %d bytes, over the budget of %d bytes; it is not truncated, the last good template is kept", nodeList(byHash), be.Size, be.Budget)})
+			keepTemplate()
+		case err != nil:
+			p.Problems = append(p.Problems, Problem{ReasonInvalidSlices, fmt.Sprintf("the template of nodes %s cannot be encoded: %v", nodeList(byHash), err)})
+			keepTemplate()
+		default:
+			set(ann)
+			set(nodegroup.DRA(first, cfg.GPUDriver))
+			desired[nodegroup.SourceAnnotation] = nodegroup.SourceNodes
+		}
+	default:
+		p.Problems = append(p.Problems, Problem{ReasonNodesDisagree, "nodes of the current revision have different templates, the last good template is kept: " + nodeList(byHash)})
+		keepTemplate()
+	}
+	return finish(p, in, desired)
+}
+
+// copyFrom fills desired from the copy source, or reports why it cannot.
+func copyFrom(src *CopySource, cfg Config, desired map[string]string) *Problem {
+	fail := func(format string, args ...any) *Problem {
+		return &Problem{ReasonCopyFromFailed, fmt.Sprintf("copy-from %s: ", src.Ref) + fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case src.Err != nil:
+		return fail("%v", src.Err)
+	case src.Annotations == nil:
+		return fail("no such MachineDeployment")
+	}
+	if _, err := template.Decode(src.Annotations); errors.Is(err, template.ErrNoTemplate) {
+		return fail("it has no template yet")
+	} else if err != nil {
+		return fail("its template is invalid: %v", err)
+	}
+	if size := templateBytes(src.Annotations); size > cfg.Budget {
+		return &Problem{ReasonOverBudget, fmt.Sprintf("copy-from %s: its template needs %d bytes, over the budget of %d bytes", src.Ref, size, cfg.Budget)}
+	}
+	for _, k := range append(append([]string{}, nodegroup.TemplateKeys...), nodegroup.ShapeKeys...) {
+		if v, ok := src.Annotations[k]; ok {
+			desired[k] = v
+		}
+	}
+	desired[nodegroup.SourceAnnotation] = nodegroup.SourceCopyPrefix + src.Ref
+	return nil
+}
+
+// finish turns the desired keys into a plan: no write when the object already matches.
+func finish(p Plan, in Input, desired map[string]string) Plan {
+	p.Desired = desired
+	merged := maps.Clone(in.Annotations)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	for k, v := range desired {
+		if w, ok := in.Annotations[k]; !ok || w != v {
+			p.Changed = append(p.Changed, k)
+		}
+		merged[k] = v
+	}
+	for k := range in.Owned {
+		if _, ok := desired[k]; ok || !nodegroup.IsManagedKey(k) {
+			continue
+		}
+		if _, ok := in.Annotations[k]; ok {
+			// Owned but no longer wanted: the apply removes it.
+			p.Changed = append(p.Changed, k)
+			delete(merged, k)
+		}
+	}
+	if len(p.Changed) > 0 {
+		slices.Sort(p.Changed)
+		p.Apply = desired
+	}
+	p.TemplateBytes = templateBytes(merged)
+	return p
+}
+
+// templateBytes is the size of the template annotations (keys plus values) in a map.
+func templateBytes(ann map[string]string) int {
+	n := 0
+	for _, k := range nodegroup.TemplateKeys {
+		if v, ok := ann[k]; ok {
+			n += len(k) + len(v)
+		}
+	}
+	return n
+}
+
+// nodeList formats nodes by template hash: "sha256:0123abcd… (node-a, node-b), …", or just
+// "(node-a, node-b)" when there is one hash.
+func nodeList(byHash map[string][]string) string {
+	names := func(h string) string {
+		n := slices.Clone(byHash[h])
+		slices.Sort(n)
+		if len(n) > 5 {
+			n = append(n[:5], fmt.Sprintf("and %d more", len(n)-5))
+		}
+		return "(" + strings.Join(n, ", ") + ")"
+	}
+	hashes := slices.Sorted(maps.Keys(byHash))
+	if len(hashes) == 1 {
+		return names(hashes[0])
+	}
+	parts := make([]string, len(hashes))
+	for i, h := range hashes {
+		short := h
+		if len(short) > len("sha256:")+12 {
+			short = short[:len("sha256:")+12] + "…"
+		}
+		parts[i] = short + " " + names(h)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,207 @@
+package publisher
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+)
+
+// AddIndexes registers the field indexes the reconciler and its event mapping use.
+func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	one := func(s string) []string {
+		if s == "" {
+			return nil
+		}
+		return []string{s}
+	}
+	copyFrom := func(o client.Object) []string {
+		v, ok := o.GetAnnotations()[nodegroup.CopyFromAnnotation]
+		if !ok {
+			return nil
+		}
+		ns, name, err := ParseCopyFrom(o.GetNamespace(), v)
+		if err != nil {
+			return nil
+		}
+		return []string{ns + "/" + name}
+	}
+	for _, ix := range []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&clusterv1.Machine{}, indexMachineByNode, func(o client.Object) []string { return one(o.(*clusterv1.Machine).Status.NodeRef.Name) }},
+		{&clusterv1.Machine{}, indexMachineByMachineSet, func(o client.Object) []string { return one(MachineSetOf(o.(*clusterv1.Machine))) }},
+		{&clusterv1.MachineSet{}, indexMachineSetByMD, func(o client.Object) []string { return one(MachineDeploymentOf(o.(*clusterv1.MachineSet))) }},
+		{&resourceapi.ResourceSlice{}, indexSliceByNode, func(o client.Object) []string {
+			if n := o.(*resourceapi.ResourceSlice).Spec.NodeName; n != nil {
+				return one(*n)
+			}
+			return nil
+		}},
+		{&clusterv1.MachineDeployment{}, indexGroupByCopyFrom, copyFrom},
+		{&clusterv1.MachineSet{}, indexGroupByCopyFrom, copyFrom},
+	} {
+		if err := idx.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetupWithManager registers the indexes and the controller: it watches MachineDeployments,
+// MachineSets, Machines, Nodes and ResourceSlices and maps each event to the node groups it
+// concerns.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, workers int) error {
+	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	c := mgr.GetCache()
+	log := mgr.GetLogger().WithValues("controller", Name)
+	return builder.TypedControllerManagedBy[GroupKey](mgr).
+		Named(Name).
+		WithOptions(controller.TypedOptions[GroupKey]{
+			MaxConcurrentReconciles: workers,
+			LogConstructor: func(k *GroupKey) logr.Logger {
+				if k == nil {
+					return log
+				}
+				return log.WithValues("kind", k.Kind, "group", klog.KRef(k.Namespace, k.Name))
+			},
+		}).
+		WatchesRawSource(source.TypedKind(c, &clusterv1.MachineDeployment{}, mapEvents(r.groupsOfMachineDeployment, func(o, n *clusterv1.MachineDeployment) bool {
+			return !maps.Equal(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+		}))).
+		WatchesRawSource(source.TypedKind(c, &clusterv1.MachineSet{}, mapEvents(r.groupsOfMachineSet, func(o, n *clusterv1.MachineSet) bool {
+			return !maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+		}))).
+		WatchesRawSource(source.TypedKind(c, &clusterv1.Machine{}, mapEvents(r.groupsOfMachine, func(o, n *clusterv1.Machine) bool {
+			return o.Status.NodeRef != n.Status.NodeRef || !maps.Equal(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+		}))).
+		WatchesRawSource(source.TypedKind(c, &corev1.Node{}, mapEvents(r.groupsOfNodeObject, func(o, n *corev1.Node) bool {
+			// Heartbeats and condition changes do not matter; what the capacity keys and
+			// the template are made of does.
+			return o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+				!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
+				!equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity)
+		}))).
+		WatchesRawSource(source.TypedKind(c, &resourceapi.ResourceSlice{}, mapEvents(r.groupsOfSlice, func(o, n *resourceapi.ResourceSlice) bool {
+			return !equality.Semantic.DeepEqual(o.Spec, n.Spec)
+		}))).
+		Complete(r)
+}
+
+// mapEvents enqueues the groups fn maps an object to, for updates those of the old and the new
+// object, and only when relevant says the update matters.
+func mapEvents[T client.Object](fn func(context.Context, T, bool) []GroupKey, relevant func(o, n T) bool) handler.TypedEventHandler[T, GroupKey] {
+	add := func(q workqueue.TypedRateLimitingInterface[GroupKey], keys []GroupKey) {
+		for _, k := range keys {
+			q.Add(k)
+		}
+	}
+	return handler.TypedFuncs[T, GroupKey]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[GroupKey]) {
+			add(q, fn(ctx, e.Object, false))
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[GroupKey]) {
+			if !relevant(e.ObjectOld, e.ObjectNew) {
+				return
+			}
+			add(q, sortedKeys(append(fn(ctx, e.ObjectOld, false), fn(ctx, e.ObjectNew, false)...)))
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[GroupKey]) {
+			add(q, fn(ctx, e.Object, true))
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[GroupKey]) {
+			add(q, fn(ctx, e.Object, false))
+		},
+	}
+}
+
+// groupsOfMachineDeployment: the MachineDeployment itself and the groups that copy from it.
+func (r *Reconciler) groupsOfMachineDeployment(ctx context.Context, md *clusterv1.MachineDeployment, _ bool) []GroupKey {
+	keys := []GroupKey{{KindMachineDeployment, md.Namespace, md.Name}}
+	ref := client.MatchingFields{indexGroupByCopyFrom: md.Namespace + "/" + md.Name}
+	var mds clusterv1.MachineDeploymentList
+	if err := r.Client.List(ctx, &mds, ref); err == nil {
+		for _, o := range mds.Items {
+			keys = append(keys, GroupKey{KindMachineDeployment, o.Namespace, o.Name})
+		}
+	}
+	var mss clusterv1.MachineSetList
+	if err := r.Client.List(ctx, &mss, ref); err == nil {
+		for i := range mss.Items {
+			keys = append(keys, GroupOfMachineSet(&mss.Items[i]))
+		}
+	}
+	return sortedKeys(keys)
+}
+
+func (r *Reconciler) groupsOfMachineSet(_ context.Context, ms *clusterv1.MachineSet, _ bool) []GroupKey {
+	return []GroupKey{GroupOfMachineSet(ms)}
+}
+
+func (r *Reconciler) groupsOfMachine(ctx context.Context, m *clusterv1.Machine, _ bool) []GroupKey {
+	msName := MachineSetOf(m)
+	if msName == "" {
+		return nil
+	}
+	ms := &clusterv1.MachineSet{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: msName}, ms); err == nil {
+		return []GroupKey{GroupOfMachineSet(ms)}
+	}
+	// The MachineSet is not (yet) in the cache; its labels on the Machine say enough.
+	if md := m.Labels[clusterv1.MachineDeploymentNameLabel]; md != "" {
+		return []GroupKey{{KindMachineDeployment, m.Namespace, md}}
+	}
+	return []GroupKey{{KindMachineSet, m.Namespace, msName}}
+}
+
+func (r *Reconciler) groupsOfNodeObject(ctx context.Context, n *corev1.Node, deleted bool) []GroupKey {
+	if deleted {
+		r.ForgetNode(n.Name)
+	}
+	return r.groupsOfNode(ctx, n.Name)
+}
+
+func (r *Reconciler) groupsOfSlice(ctx context.Context, s *resourceapi.ResourceSlice, _ bool) []GroupKey {
+	if s.Spec.NodeName == nil || !r.Drivers.Has(s.Spec.Driver) {
+		return nil
+	}
+	return r.groupsOfNode(ctx, *s.Spec.NodeName)
+}
+
+// groupsOfNode maps a node to the groups of the Machines whose status.nodeRef names it.
+func (r *Reconciler) groupsOfNode(ctx context.Context, node string) []GroupKey {
+	var machines clusterv1.MachineList
+	if err := r.Client.List(ctx, &machines, client.MatchingFields{indexMachineByNode: node}); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing Machines of node", "node", node)
+		return nil
+	}
+	var keys []GroupKey
+	for i := range machines.Items {
+		keys = append(keys, r.groupsOfMachine(ctx, &machines.Items[i], false)...)
+	}
+	return sortedKeys(slices.Clip(keys))
+}
