@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,11 +43,10 @@ const capiNamespace = "capi"
 // in the module cache, and waits until they are served.
 func (e *env) installCAPICRDs(ctx context.Context, t *testing.T) {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
+	dir, err := framework.ClusterAPICRDDir(ctx)
 	if err != nil {
-		t.Fatalf("locating the cluster-api module: %v", err)
+		t.Fatal(err)
 	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "core", "config", "crd", "bases")
 	var crds []*unstructured.Unstructured
 	for _, name := range []string{"clusters", "machinedeployments", "machinesets", "machines"} {
 		data, err := os.ReadFile(filepath.Join(dir, "cluster.x-k8s.io_"+name+".yaml"))

@@ -73,11 +73,11 @@ func BenchmarkPublisher(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cl, err := newClient(cfg)
+	cl, err := framework.NewCAPIClient(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := installCAPI(ctx, cfg, cl); err != nil {
+	if err := framework.InstallClusterAPI(ctx, cfg, cl); err != nil {
 		b.Fatal(err)
 	}
 	// Build the binaries before anything is timed.
@@ -103,7 +103,7 @@ func BenchmarkPublisher(b *testing.B) {
 	if path := os.Getenv("PUBLISHER_BENCH_CPUPROFILE"); path != "" {
 		// A CPU profile of the publisher's first 20 s, for looking into its start-up.
 		go func() {
-			resp, err := http.Get("http://" + pub.metricsAddr + "/debug/pprof/profile?seconds=20")
+			resp, err := http.Get("http://" + pub.MetricsAddr + "/debug/pprof/profile?seconds=20")
 			if err != nil {
 				b.Logf("profile: %v", err)
 				return
@@ -115,7 +115,7 @@ func BenchmarkPublisher(b *testing.B) {
 	}
 	for g := range groups {
 		if _, err := w.waitChange(ctx, groupNameOf(g), "", 5*time.Minute); err != nil {
-			b.Fatalf("group %d never annotated: %v\n%s", g, err, pub.proc.LogTail(20))
+			b.Fatalf("group %d never annotated: %v\n%s", g, err, pub.Proc.LogTail(20))
 		}
 	}
 	initial := time.Since(start)
@@ -131,7 +131,7 @@ func BenchmarkPublisher(b *testing.B) {
 	steady := pub.writes(b) - before
 
 	// A restart finds everything up to date.
-	if err := pub.proc.Stop(); err != nil {
+	if err := pub.Proc.Stop(); err != nil {
 		b.Fatal(err)
 	}
 	if pub, err = startPublisher(ctx, c, "--leader-elect=false"); err != nil {
@@ -253,10 +253,10 @@ func parallel(n, workers int, fn func(i int) error) error {
 
 // populate creates the groups, their nodes (with capacity), slices and machines.
 func populate(ctx context.Context, cs kubernetes.Interface, cl client.Client, groups, perGroup int) error {
-	gs := make([]*group, groups)
+	gs := make([]*framework.NodeGroup, groups)
 	if err := parallel(groups, 8, func(g int) error {
 		var err error
-		gs[g], err = createGroup(ctx, cl, groupNameOf(g), nil)
+		gs[g], err = framework.CreateNodeGroup(ctx, cl, groupNameOf(g), nil)
 		return err
 	}); err != nil {
 		return err
@@ -298,7 +298,7 @@ func populate(ctx context.Context, cs kubernetes.Interface, cl client.Client, gr
 		}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		_, err = gs[g].addMachine(ctx, cl, name, name, false)
+		_, err = gs[g].AddMachine(ctx, cl, name, name, false)
 		return err
 	})
 }
@@ -364,7 +364,7 @@ func watchHashes(ctx context.Context, cfg *rest.Config) (*hashWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := dc.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(capiNamespace)
+	res := dc.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(framework.CAPINamespace)
 	list, err := res.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err

@@ -17,233 +17,35 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
-	"github.com/accel-dra/accel-dra/pkg/publisher"
 )
 
-// capiNamespace holds the Cluster API objects.
-const capiNamespace = "capi"
+// publisherProcess adds the test's metric readings to a running publisher.
+type publisherProcess struct{ *framework.Publisher }
 
-// capiCRDs are the Cluster API CRDs the publisher reads.
-var capiCRDs = []string{"clusters", "machinedeployments", "machinesets", "machines"}
-
-// installCAPI applies Cluster API's CRDs from the cluster-api module in the Go module cache to
-// the apiserver, waits until they are served, and creates the namespace and a Cluster.
-func installCAPI(ctx context.Context, cfg *rest.Config, c client.Client) error {
-	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
-	if err != nil {
-		return fmt.Errorf("locating the cluster-api module: %w", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "core", "config", "crd", "bases")
-	ext, err := apiextensionsclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	for _, name := range capiCRDs {
-		data, err := os.ReadFile(filepath.Join(dir, "cluster.x-k8s.io_"+name+".yaml"))
-		if err != nil {
-			return err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			return fmt.Errorf("CRD %s: %w", name, err)
-		}
-		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
-		}
-		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		}); err != nil {
-			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
-		}
-	}
-	// The discovery cache of a client created before the CRDs would not know them; poll.
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: capiNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	cl := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: capiNamespace, Name: "workload"},
-		// No Cluster API controllers run here; paused says so.
-		Spec: clusterv1.ClusterSpec{Paused: new(true)},
-	}
-	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := c.Create(ctx, cl)
-		if err == nil || apierrors.IsAlreadyExists(err) {
-			return true, nil
-		}
-		return false, nil
-	})
-}
-
-// newClient returns a controller-runtime client that knows the Cluster API types.
-func newClient(cfg *rest.Config) (client.Client, error) {
-	scheme, err := publisher.NewScheme()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
-}
-
-func machineTemplate(clusterName string) clusterv1.MachineTemplateSpec {
-	return clusterv1.MachineTemplateSpec{
-		ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"pool": "x"}},
-		Spec: clusterv1.MachineSpec{
-			ClusterName:       clusterName,
-			Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap-data")},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachineTemplate", Name: "gpu"},
-		},
-	}
-}
-
-// group is a MachineDeployment with its current MachineSet, as Cluster API creates them.
-type group struct {
-	md *clusterv1.MachineDeployment
-	ms *clusterv1.MachineSet
-}
-
-// createGroup creates a MachineDeployment and a MachineSet of revision 1 owned by it.
-func createGroup(ctx context.Context, c client.Client, name string, annotations map[string]string) (*group, error) {
-	sel := metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: name}}
-	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: capiNamespace, Name: name, Annotations: annotations,
-			Labels: map[string]string{clusterv1.ClusterNameLabel: "workload"}},
-		Spec: clusterv1.MachineDeploymentSpec{ClusterName: "workload", Replicas: new(int32(0)), Selector: sel, Template: machineTemplate("workload")},
-	}
-	if err := c.Create(ctx, md); err != nil {
-		return nil, fmt.Errorf("creating MachineDeployment %s: %w", name, err)
-	}
-	ms := &clusterv1.MachineSet{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: capiNamespace, Name: name + "-abcde",
-			Labels:      map[string]string{clusterv1.ClusterNameLabel: "workload", clusterv1.MachineDeploymentNameLabel: name},
-			Annotations: map[string]string{clusterv1.RevisionAnnotation: "1"},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment", Name: name, UID: md.UID,
-				Controller: new(true), BlockOwnerDeletion: new(true),
-			}},
-		},
-		Spec: clusterv1.MachineSetSpec{ClusterName: "workload", Replicas: new(int32(0)), Selector: sel, Template: machineTemplate("workload")},
-	}
-	if err := c.Create(ctx, ms); err != nil {
-		return nil, fmt.Errorf("creating MachineSet %s: %w", ms.Name, err)
-	}
-	return &group{md: md, ms: ms}, nil
-}
-
-// addMachine creates a Machine of the group's MachineSet and, as Cluster API does once the node
-// has joined, sets its status.nodeRef and the node's Cluster API annotations.
-func (g *group) addMachine(ctx context.Context, c client.Client, name, node string, annotateNode bool) (*clusterv1.Machine, error) {
-	m := &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: capiNamespace, Name: name,
-			Labels: map[string]string{
-				clusterv1.ClusterNameLabel: "workload", clusterv1.MachineSetNameLabel: g.ms.Name, clusterv1.MachineDeploymentNameLabel: g.md.Name,
-			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet", Name: g.ms.Name, UID: g.ms.UID,
-				Controller: new(true), BlockOwnerDeletion: new(true),
-			}},
-		},
-		Spec: machineTemplate("workload").Spec,
-	}
-	if err := c.Create(ctx, m); err != nil {
-		return nil, fmt.Errorf("creating Machine %s: %w", name, err)
-	}
-	orig := m.DeepCopy()
-	m.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
-	if err := c.Status().Patch(ctx, m, client.MergeFrom(orig)); err != nil {
-		return nil, fmt.Errorf("setting status.nodeRef of Machine %s: %w", name, err)
-	}
-	if annotateNode {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:"MachineSet",%q:%q,%q:"workload",%q:%q}}}`,
-			clusterv1.MachineAnnotation, name, clusterv1.OwnerKindAnnotation, clusterv1.OwnerNameAnnotation, g.ms.Name,
-			clusterv1.ClusterNameAnnotation, clusterv1.ClusterNamespaceAnnotation, capiNamespace)
-		if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			return nil, fmt.Errorf("annotating node %s: %w", node, err)
-		}
-	}
-	return m, nil
-}
-
-// publisherProcess is a running accel-dra-template-publisher.
-type publisherProcess struct {
-	proc        *cluster.Process
-	metricsAddr string
-}
-
-// startPublisher runs the real binary with the admin kubeconfig and waits until it is healthy.
 func startPublisher(ctx context.Context, c *cluster.Cluster, extra ...string) (*publisherProcess, error) {
-	bin, err := framework.Binary("accel-dra-template-publisher")
+	p, err := framework.StartPublisher(ctx, c, extra...)
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	p := &publisherProcess{metricsAddr: "127.0.0.1:" + strconv.Itoa(ports[0])}
-	healthAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-	args := append([]string{bin,
-		"--kubeconfig=" + c.KubeconfigPath(),
-		"--metrics-bind-address=" + p.metricsAddr,
-		"--health-probe-bind-address=" + healthAddr,
-		"-v=2",
-	}, extra...)
-	if p.proc, err = c.StartProcess("template-publisher", args, nil); err != nil {
-		return nil, err
-	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-p.proc.Done():
-			return false, fmt.Errorf("publisher exited")
-		default:
-		}
-		resp, err := http.Get("http://" + healthAddr + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("publisher not ready: %w\n%s", err, p.proc.LogTail(40))
-	}
-	return p, nil
+	return &publisherProcess{p}, nil
 }
 
 // metric sums the samples of a metric whose labels contain all of the given "k=\"v\"" pairs.
 func (p *publisherProcess) metric(name string, labels ...string) (float64, error) {
-	resp, err := http.Get("http://" + p.metricsAddr + "/metrics")
+	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -357,7 +159,7 @@ func freePorts(n int) ([]int, error) {
 // getMD reads a MachineDeployment.
 func getMD(ctx context.Context, c client.Client, name string) (*clusterv1.MachineDeployment, error) {
 	md := &clusterv1.MachineDeployment{}
-	return md, c.Get(ctx, types.NamespacedName{Namespace: capiNamespace, Name: name}, md)
+	return md, c.Get(ctx, types.NamespacedName{Namespace: framework.CAPINamespace, Name: name}, md)
 }
 
 // waitForMD waits until a MachineDeployment satisfies cond.

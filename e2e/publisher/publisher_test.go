@@ -122,7 +122,7 @@ func TestPublisher(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	c := cluster.StartForTest(t, cluster.Options{})
-	cl, err := newClient(c.RESTConfig())
+	cl, err := framework.NewCAPIClient(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +130,10 @@ func TestPublisher(t *testing.T) {
 	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
 		t.Fatal(err)
 	}
-	if err := installCAPI(ctx, c.RESTConfig(), cl); err != nil {
+	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
 		t.Fatal(err)
 	}
-	g, err := createGroup(ctx, cl, groupName, nil)
+	g, err := framework.CreateNodeGroup(ctx, cl, groupName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestPublisher(t *testing.T) {
 		return md.Annotations[template.HashAnnotation] != ""
 	})
 	if err != nil {
-		t.Fatalf("no template on MachineDeployment %s: %v\n%s", groupName, err, e.pub.proc.LogTail(30))
+		t.Fatalf("no template on MachineDeployment %s: %v\n%s", groupName, err, e.pub.Proc.LogTail(30))
 	}
 	published := managed(md.Annotations)
 	e.checkAnnotations(published)
@@ -180,7 +180,7 @@ func TestPublisher(t *testing.T) {
 
 	// 4. Seeding groups that never had a node: copy-from and accelctl template seed.
 	t.Run("SeedCopyFrom", func(t *testing.T) {
-		if _, err := createGroup(ctx, cl, "gpu-h100-copy", map[string]string{nodegroup.CopyFromAnnotation: groupName}); err != nil {
+		if _, err := framework.CreateNodeGroup(ctx, cl, "gpu-h100-copy", map[string]string{nodegroup.CopyFromAnnotation: groupName}); err != nil {
 			t.Fatal(err)
 		}
 		copied, err := waitForMD(ctx, cl, "gpu-h100-copy", time.Minute, func(md *clusterv1.MachineDeployment) bool {
@@ -192,7 +192,7 @@ func TestPublisher(t *testing.T) {
 		if got, want := copied.Annotations[template.HashAnnotation], published[template.HashAnnotation]; got != want {
 			t.Errorf("copied hash %s, want %s", got, want)
 		}
-		if got := copied.Annotations[nodegroup.SourceAnnotation]; got != "copy-from:"+capiNamespace+"/"+groupName {
+		if got := copied.Annotations[nodegroup.SourceAnnotation]; got != "copy-from:"+framework.CAPINamespace+"/"+groupName {
 			t.Errorf("source = %q", got)
 		}
 		if got := copied.Annotations[nodegroup.CPUKey]; got != published[nodegroup.CPUKey] {
@@ -201,14 +201,14 @@ func TestPublisher(t *testing.T) {
 	})
 	t.Run("SeedAccelctl", func(t *testing.T) {
 		reconciles := e.pub.reconciles(t)
-		if _, err := createGroup(ctx, cl, "gpu-seeded", nil); err != nil {
+		if _, err := framework.CreateNodeGroup(ctx, cl, "gpu-seeded", nil); err != nil {
 			t.Fatal(err)
 		}
 		seed, err := filepath.Abs("../../api/templateconfig/v1alpha1/testdata/h100-seed.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, err := runAccelctl(ctx, c, "template", "seed", "gpu-seeded", "-n", capiNamespace, "-f", seed); err != nil {
+		if out, err := runAccelctl(ctx, c, "template", "seed", "gpu-seeded", "-n", framework.CAPINamespace, "-f", seed); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		writes := e.pub.writes(t)
@@ -229,7 +229,7 @@ func TestPublisher(t *testing.T) {
 	t.Run("ScaleToZeroKeepsAnnotations", func(t *testing.T) {
 		writes, reconciles := e.pub.writes(t), e.pub.reconciles(t)
 		for _, m := range []string{"m-a", "m-b"} {
-			if err := cl.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: capiNamespace, Name: m}}); err != nil {
+			if err := cl.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: framework.CAPINamespace, Name: m}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -271,7 +271,7 @@ func TestPublisher(t *testing.T) {
 			if err := os.WriteFile(file, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, err := runAccelctl(ctx, c, "simulate", "-n", capiNamespace, "--node-group", groupName, "-f", file, "-o", "json")
+			out, err := runAccelctl(ctx, c, "simulate", "-n", framework.CAPINamespace, "--node-group", groupName, "-f", file, "-o", "json")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +290,7 @@ func TestPublisher(t *testing.T) {
 	})
 
 	t.Run("TemplateShow", func(t *testing.T) {
-		out, err := runAccelctl(ctx, c, "template", "show", "-n", capiNamespace, groupName)
+		out, err := runAccelctl(ctx, c, "template", "show", "-n", framework.CAPINamespace, groupName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func TestPublisher(t *testing.T) {
 		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 			t.Errorf("lease has no holder: %+v", lease.Spec)
 		}
-		evs, err := e.client.CoreV1().Events(capiNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + groupName})
+		evs, err := e.client.CoreV1().Events(framework.CAPINamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + groupName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestPublisher(t *testing.T) {
 
 // addGPUNode starts a node with a real kubelet and the plugin on the H100 profile and makes it a
 // machine of the group.
-func (e *env) addGPUNode(g *group, name, machine string) (*cluster.Node, *framework.Plugin) {
+func (e *env) addGPUNode(g *framework.NodeGroup, name, machine string) (*cluster.Node, *framework.Plugin) {
 	e.t.Helper()
 	n, err := e.c.AddNode(e.ctx, cluster.NodeOptions{Name: name, Labels: groupLabels})
 	if err != nil {
@@ -341,7 +341,7 @@ func (e *env) addGPUNode(g *group, name, machine string) (*cluster.Node, *framew
 	if _, err := framework.WaitForSlices(e.ctx, e.client, framework.GPUDriver, name, 8); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := g.addMachine(e.ctx, e.cl, machine, name, true); err != nil {
+	if _, err := g.AddMachine(e.ctx, e.cl, machine, name, true); err != nil {
 		e.t.Fatal(err)
 	}
 	return n, p

@@ -1,7 +1,8 @@
 // Command demo starts a local Kubernetes control plane with two nodes (a mock 8x H100 GPU node
 // and a mock 8x Ascend 910B NPU node), each with a real kubelet, a fake container runtime and
 // the accel-dra kubelet plugin, applies the sample workloads from docs/examples, and prints the
-// published devices and what each container was given. It runs until Ctrl-C, or exits after
+// published devices and what each container was given. It then makes the GPU node a Cluster API
+// Machine, runs the template publisher and prints the node-group template it writes. It runs until Ctrl-C, or exits after
 // printing with --once. Run it with `make demo` (or `make demo DEMO_ARGS=--once`).
 package main
 
@@ -25,12 +26,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/template"
 )
 
 func main() {
@@ -97,6 +102,16 @@ func run(once bool, workload, gpuProfile, npuProfile string) error {
 		return err
 	}
 	printContainers(os.Stdout, c, pods)
+
+	step("installing Cluster API CRDs, a MachineDeployment for gpu-node, and the template publisher")
+	md, err := publishTemplate(ctx, c)
+	if err != nil {
+		return err
+	}
+	step("template published on MachineDeployment %s/%s", md.Namespace, md.Name)
+	if err := printTemplate(os.Stdout, md.Annotations); err != nil {
+		return err
+	}
 
 	if once {
 		return nil
@@ -203,6 +218,74 @@ func printContainers(w io.Writer, c *cluster.Cluster, pods []string) {
 			fmt.Fprintf(w, "    CDI:     %s\n", strings.Join(r.CDIDevices, ", "))
 		}
 	}
+}
+
+// publishTemplate makes gpu-node the one Machine of a MachineDeployment, as Cluster API would,
+// runs the template publisher and waits for the template it writes.
+func publishTemplate(ctx context.Context, c *cluster.Cluster) (*clusterv1.MachineDeployment, error) {
+	cl, err := framework.NewCAPIClient(c.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
+		return nil, err
+	}
+	g, err := framework.CreateNodeGroup(ctx, cl, "gpu-h100", nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := g.AddMachine(ctx, cl, "gpu-h100-0", "gpu-node", true); err != nil {
+		return nil, err
+	}
+	if _, err := framework.StartPublisher(ctx, c, "--leader-election-namespace="+framework.CAPINamespace); err != nil {
+		return nil, err
+	}
+	md := &clusterv1.MachineDeployment{}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+			return false, nil
+		}
+		return md.Annotations[template.HashAnnotation] != "", nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no template on MachineDeployment %s: %w", g.MD.Name, err)
+	}
+	return md, nil
+}
+
+func printTemplate(w io.Writer, ann map[string]string) error {
+	fmt.Fprintln(w, "\nMachineDeployment annotations for the Cluster Autoscaler (scale from zero):")
+	var keys []string
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := ann[k]
+		if len(v) > 100 {
+			v = fmt.Sprintf("<%d bytes>", len(v))
+		}
+		fmt.Fprintf(w, "  %s: %s\n", k, v)
+	}
+	t, err := template.Decode(ann)
+	if err != nil {
+		return err
+	}
+	slices, err := t.ResourceSlices("template-node")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nDecoded for a template node (node identity replaced by placeholders that keep which devices share a value):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DRIVER\tDEVICE\tPRODUCT\tMEMORY\tNUMA\tPCIE ROOT\tUUID")
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			mem := d.Capacity["memory"].Value
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Spec.Driver, d.Name, str(d.Attributes["productName"]), mem.String(),
+				str(d.Attributes["resource.kubernetes.io/numaNode"]), str(d.Attributes["resource.kubernetes.io/pcieRoot"]), str(d.Attributes["uuid"]))
+		}
+	}
+	return tw.Flush()
 }
 
 func str(a resourceapi.DeviceAttribute) string {

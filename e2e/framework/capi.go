@@ -1,0 +1,252 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/accel-dra/accel-dra/e2e/cluster"
+	"github.com/accel-dra/accel-dra/pkg/publisher"
+)
+
+// CAPINamespace holds the Cluster API objects.
+const CAPINamespace = "capi"
+
+// capiCRDs are the Cluster API CRDs the publisher reads.
+var capiCRDs = []string{"clusters", "machinedeployments", "machinesets", "machines"}
+
+// InstallClusterAPI applies Cluster API's CRDs from the cluster-api module in the Go module cache to
+// the apiserver, waits until they are served, and creates the namespace and a Cluster.
+func InstallClusterAPI(ctx context.Context, cfg *rest.Config, c client.Client) error {
+	dir, err := ClusterAPICRDDir(ctx)
+	if err != nil {
+		return err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, name := range capiCRDs {
+		data, err := os.ReadFile(filepath.Join(dir, "cluster.x-k8s.io_"+name+".yaml"))
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return fmt.Errorf("CRD %s: %w", name, err)
+		}
+		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
+		}
+	}
+	// The discovery cache of a client created before the CRDs would not know them; poll.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CAPINamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	cl := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: CAPINamespace, Name: "workload"},
+		// No Cluster API controllers run here; paused says so.
+		Spec: clusterv1.ClusterSpec{Paused: new(true)},
+	}
+	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, cl)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// ClusterAPICRDDir finds Cluster API's CRD manifests in the Go module cache. They ship in the
+// root sigs.k8s.io/cluster-api module, which the project does not import (its types live in
+// sigs.k8s.io/cluster-api/api), so the root module is fetched at the version of the api module
+// in go.mod: one pin for both.
+func ClusterAPICRDDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "sigs.k8s.io/cluster-api/api").Output()
+	if err != nil {
+		return "", fmt.Errorf("version of sigs.k8s.io/cluster-api/api: %w", err)
+	}
+	version := strings.TrimSpace(string(out))
+	out, err = exec.CommandContext(ctx, "go", "mod", "download", "-json", "sigs.k8s.io/cluster-api@"+version).Output()
+	if err != nil {
+		return "", fmt.Errorf("downloading sigs.k8s.io/cluster-api@%s for its CRDs: %w", version, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", fmt.Errorf("locating sigs.k8s.io/cluster-api@%s: %v", version, err)
+	}
+	return filepath.Join(mod.Dir, "core", "config", "crd", "bases"), nil
+}
+
+// NewCAPIClient returns a controller-runtime client that knows the Cluster API types.
+func NewCAPIClient(cfg *rest.Config) (client.Client, error) {
+	scheme, err := publisher.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+func machineTemplate(clusterName string) clusterv1.MachineTemplateSpec {
+	return clusterv1.MachineTemplateSpec{
+		ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"pool": "x"}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName:       clusterName,
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap-data")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachineTemplate", Name: "gpu"},
+		},
+	}
+}
+
+// NodeGroup is a MachineDeployment with its current MachineSet, as Cluster API creates them.
+type NodeGroup struct {
+	MD *clusterv1.MachineDeployment
+	MS *clusterv1.MachineSet
+}
+
+// CreateNodeGroup creates a MachineDeployment and a MachineSet of revision 1 owned by it.
+func CreateNodeGroup(ctx context.Context, c client.Client, name string, annotations map[string]string) (*NodeGroup, error) {
+	sel := metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: name}}
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: CAPINamespace, Name: name, Annotations: annotations,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "workload"}},
+		Spec: clusterv1.MachineDeploymentSpec{ClusterName: "workload", Replicas: new(int32(0)), Selector: sel, Template: machineTemplate("workload")},
+	}
+	if err := c.Create(ctx, md); err != nil {
+		return nil, fmt.Errorf("creating MachineDeployment %s: %w", name, err)
+	}
+	ms := &clusterv1.MachineSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: CAPINamespace, Name: name + "-abcde",
+			Labels:      map[string]string{clusterv1.ClusterNameLabel: "workload", clusterv1.MachineDeploymentNameLabel: name},
+			Annotations: map[string]string{clusterv1.RevisionAnnotation: "1"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment", Name: name, UID: md.UID,
+				Controller: new(true), BlockOwnerDeletion: new(true),
+			}},
+		},
+		Spec: clusterv1.MachineSetSpec{ClusterName: "workload", Replicas: new(int32(0)), Selector: sel, Template: machineTemplate("workload")},
+	}
+	if err := c.Create(ctx, ms); err != nil {
+		return nil, fmt.Errorf("creating MachineSet %s: %w", ms.Name, err)
+	}
+	return &NodeGroup{MD: md, MS: ms}, nil
+}
+
+// AddMachine creates a Machine of the group's MachineSet and, as Cluster API does once the node
+// has joined, sets its status.nodeRef and the node's Cluster API annotations.
+func (g *NodeGroup) AddMachine(ctx context.Context, c client.Client, name, node string, annotateNode bool) (*clusterv1.Machine, error) {
+	m := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: CAPINamespace, Name: name,
+			Labels: map[string]string{
+				clusterv1.ClusterNameLabel: "workload", clusterv1.MachineSetNameLabel: g.MS.Name, clusterv1.MachineDeploymentNameLabel: g.MD.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet", Name: g.MS.Name, UID: g.MS.UID,
+				Controller: new(true), BlockOwnerDeletion: new(true),
+			}},
+		},
+		Spec: machineTemplate("workload").Spec,
+	}
+	if err := c.Create(ctx, m); err != nil {
+		return nil, fmt.Errorf("creating Machine %s: %w", name, err)
+	}
+	orig := m.DeepCopy()
+	m.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+	if err := c.Status().Patch(ctx, m, client.MergeFrom(orig)); err != nil {
+		return nil, fmt.Errorf("setting status.nodeRef of Machine %s: %w", name, err)
+	}
+	if annotateNode {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:"MachineSet",%q:%q,%q:"workload",%q:%q}}}`,
+			clusterv1.MachineAnnotation, name, clusterv1.OwnerKindAnnotation, clusterv1.OwnerNameAnnotation, g.MS.Name,
+			clusterv1.ClusterNameAnnotation, clusterv1.ClusterNamespaceAnnotation, CAPINamespace)
+		if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return nil, fmt.Errorf("annotating node %s: %w", node, err)
+		}
+	}
+	return m, nil
+}
+
+// Publisher is a running accel-dra-template-publisher.
+type Publisher struct {
+	Proc        *cluster.Process
+	MetricsAddr string
+}
+
+// StartPublisher runs the real binary with the admin kubeconfig and waits until it is healthy.
+func StartPublisher(ctx context.Context, c *cluster.Cluster, extra ...string) (*Publisher, error) {
+	bin, err := Binary("accel-dra-template-publisher")
+	if err != nil {
+		return nil, err
+	}
+	mport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	hport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{MetricsAddr: "127.0.0.1:" + strconv.Itoa(mport)}
+	healthAddr := "127.0.0.1:" + strconv.Itoa(hport)
+	args := append([]string{bin,
+		"--kubeconfig=" + c.KubeconfigPath(),
+		"--metrics-bind-address=" + p.MetricsAddr,
+		"--health-probe-bind-address=" + healthAddr,
+		"-v=2",
+	}, extra...)
+	if p.Proc, err = c.StartProcess("template-publisher", args, nil); err != nil {
+		return nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.Proc.Done():
+			return false, fmt.Errorf("publisher exited")
+		default:
+		}
+		resp, err := http.Get("http://" + healthAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("publisher not ready: %w\n%s", err, p.Proc.LogTail(40))
+	}
+	return p, nil
+}
