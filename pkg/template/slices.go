@@ -1,6 +1,8 @@
 package template
 
 import (
+	"github.com/accel-dra/accel-dra/pkg/apivalidation"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -48,7 +50,7 @@ func (t *Template) ResourceSlices(nodeName string) ([]*resourceapi.ResourceSlice
 	for i := range c.Drivers {
 		d := &c.Drivers[i]
 		pool := nodeName + d.PoolSuffix
-		if err := validatePoolName(pool); err != nil {
+		if err := apivalidation.PoolName(pool); err != nil {
 			return nil, fmt.Errorf("driver %s: %w", d.Name, err)
 		}
 		var specs []resourceapi.ResourceSliceSpec
