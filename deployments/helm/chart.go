@@ -252,7 +252,7 @@ func (r *Rendered) PluginDaemonSet(driverName string) (*unstructured.Unstructure
 		if err != nil {
 			return nil, err
 		}
-		if v, ok := flagValue(args, "driver-name"); ok {
+		if v, ok := FlagValue(args, "driver-name"); ok {
 			if v == driverName {
 				return ds, nil
 			}
@@ -346,7 +346,8 @@ func splitFlag(a string) (name, value string, ok bool) {
 	return name, value, ok
 }
 
-func flagValue(args []string, name string) (string, bool) {
+// FlagValue returns the value of --name=value in args, as the chart renders container args.
+func FlagValue(args []string, name string) (string, bool) {
 	for _, a := range args {
 		if n, v, ok := splitFlag(a); ok && n == name {
 			return v, true

@@ -213,11 +213,11 @@ func StartPublisher(ctx context.Context, c *cluster.Cluster, extra ...string) (*
 	if err != nil {
 		return nil, err
 	}
-	mport, err := freePort()
+	mport, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	hport, err := freePort()
+	hport, err := FreePort()
 	if err != nil {
 		return nil, err
 	}

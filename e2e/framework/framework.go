@@ -141,7 +141,7 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 	if o.Kubeconfig == "" {
 		o.Kubeconfig = c.KubeconfigPath()
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 	if err != nil {
 		return nil, fmt.Errorf("plugin args from the Helm chart: %w", err)
 	}
-	if got := flagValue(args, "backend"); got != o.Backend {
+	if got, _ := helm.FlagValue(args, "backend"); got != o.Backend {
 		return nil, fmt.Errorf("the chart runs backend %q, the test asked for %q", got, o.Backend)
 	}
 	p.Args = append([]string{bin}, args...)
@@ -229,9 +229,15 @@ func (p *Plugin) Restart(ctx context.Context) error {
 	return p.start(ctx)
 }
 
-// Metric returns the value of one plain (unlabelled or first-matching) sample from /metrics.
-func (p *Plugin) Metric(name string) (float64, error) {
-	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
+// Metric returns a metric of the plugin from its /metrics endpoint, summed over its series.
+func (p *Plugin) Metric(name string, labels ...string) (float64, error) {
+	return ScrapeMetric(p.HTTPAddr, name, labels...)
+}
+
+// ScrapeMetric reads the Prometheus text endpoint at addr and sums the samples of a metric whose
+// labels contain all of the given `k="v"` pairs. A metric with no such sample is an error.
+func ScrapeMetric(addr, name string, labels ...string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -240,13 +246,28 @@ func (p *Plugin) Metric(name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	sum, found := 0.0, false
+next:
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			return strconv.ParseFloat(f[len(f)-1], 64)
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
 		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue next
+			}
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum, found = sum+v, true
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	if !found {
+		return 0, fmt.Errorf("metric %s%v not found", name, labels)
+	}
+	return sum, nil
 }
 
 // CDISpecs lists the plugin's CDI spec files.
@@ -265,22 +286,14 @@ func (p *Plugin) CDISpecs() ([]string, error) {
 	return out, nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func flagValue(args []string, name string) string {
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // DeviceClass is the class the chart installs for a driver: every device of that driver.

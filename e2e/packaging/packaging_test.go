@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -642,7 +641,7 @@ func (e *env) testPluginRuns(ctx context.Context, t *testing.T, r *helm.Rendered
 		if err := writeTokenKubeconfig(kubeconfig, e.c.RESTConfig(), e.c.CAFile(), e.token(ctx, t, sa, pod)); err != nil {
 			t.Fatal(err)
 		}
-		port, err := freePort()
+		port, err := framework.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -728,13 +727,4 @@ func writeTokenKubeconfig(path string, cfg *rest.Config, caFile, token string) e
 	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "plugin"}
 	kc.CurrentContext = "e2e"
 	return clientcmd.WriteToFile(*kc, path)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -166,11 +166,11 @@ func (e *env) testPublisherRuns(ctx context.Context, t *testing.T, r *helm.Rende
 	if err := writeTokenKubeconfig(kubeconfig, e.c.RESTConfig(), e.c.CAFile(), tr.Status.Token); err != nil {
 		t.Fatal(err)
 	}
-	metricsPort, err := freePort()
+	metricsPort, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthPort, err := freePort()
+	healthPort, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,37 +41,7 @@ func startPublisher(ctx context.Context, c *cluster.Cluster, extra ...string) (*
 
 // metric sums the samples of a metric whose labels contain all of the given "k=\"v\"" pairs.
 func (p *publisherProcess) metric(name string, labels ...string) (float64, error) {
-	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	sum, found := 0.0, false
-next:
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		for _, l := range labels {
-			if !strings.Contains(line, l) {
-				continue next
-			}
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, err
-		}
-		sum, found = sum+v, true
-	}
-	if !found {
-		return 0, fmt.Errorf("metric %s%v not found", name, labels)
-	}
-	return sum, nil
+	return framework.ScrapeMetric(p.MetricsAddr, name, labels...)
 }
 
 // writes is the publisher's count of successful annotation writes.
@@ -135,25 +101,6 @@ func runAccelctl(ctx context.Context, c *cluster.Cluster, args ...string) (strin
 		return stdout.String(), fmt.Errorf("accelctl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // getMD reads a MachineDeployment.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	stdslices "slices"
 	"sort"
 	"strings"
 	"sync"
@@ -231,10 +232,7 @@ func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocatio
 	})
 	var env []string
 	var envFrom string
-	uniq := append([]string(nil), requests...)
-	sort.Strings(uniq)
-	uniq = compactStrings(uniq)
-	for _, req := range uniq {
+	for _, req := range stdslices.Compact(stdslices.Sorted(stdslices.Values(requests))) {
 		var raws [][]byte
 		for _, c := range ordered {
 			if c.Opaque == nil || c.Opaque.Driver != d.opts.DriverName || !appliesTo(c.Requests, req) {
@@ -434,16 +432,6 @@ func toKubelet(rec *checkpoint.Claim) []kubeletplugin.Device {
 			DeviceName:   pd.Device,
 			CDIDeviceIDs: append([]string(nil), pd.CDIDeviceIDs...),
 		})
-	}
-	return out
-}
-
-func compactStrings(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
 	}
 	return out
 }

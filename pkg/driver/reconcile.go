@@ -78,7 +78,7 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 			rep.Dropped = append(rep.Dropped, c.UID)
 			continue
 		}
-		if err := d.adopt(&c); err != nil {
+		if err := d.reserve(&c); err != nil {
 			logger.Error(err, "Prepared claim conflicts with another; dropping it", "claim", ref)
 			if err := d.forget(&c); err != nil {
 				return rep, err
@@ -135,11 +135,6 @@ func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, erro
 		return false, err
 	}
 	return string(got.UID) != c.UID, nil
-}
-
-// adopt takes a restored claim's devices in memory.
-func (d *Driver) adopt(c *checkpoint.Claim) error {
-	return d.reserve(c)
 }
 
 // forget removes every trace of a claim: CDI spec, record, in-memory ownership.

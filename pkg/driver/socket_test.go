@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestKubeletSocket(t *testing.T) {
 	if info.Type != registerapi.DRAPlugin || info.Name != driverName || info.Endpoint != filepath.Join(dataDir, "dra.sock") {
 		t.Fatalf("registration info %+v", info)
 	}
-	if !containsString(info.SupportedVersions, drapb.DRAPluginService) {
+	if !slices.Contains(info.SupportedVersions, drapb.DRAPluginService) {
 		t.Fatalf("plugin does not offer %s: %v", drapb.DRAPluginService, info.SupportedVersions)
 	}
 
@@ -115,13 +116,4 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
