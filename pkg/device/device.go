@@ -34,10 +34,17 @@ type Node struct {
 // Device is one accelerator as a backend found it. Values are final: a backend has already
 // normalised the PCI bus ID and resolved pcieRoot/NUMA through sysfs.
 type Device struct {
-	// Name is the device's name in the ResourceSlice (a DNS label, e.g. "gpu-0"), stable across
-	// restarts because it is derived from the index.
-	Name         string `json:"name"`
-	Kind         Kind   `json:"kind"`
+	// Name is the device's name in the ResourceSlice (a DNS label, e.g. "gpu-0"), NameFor(Kind,
+	// Number): stable across restarts because it comes from the device node the kernel driver
+	// gave the device, not from the order in which a library enumerated it.
+	Name string `json:"name"`
+	Kind Kind   `json:"kind"`
+	// Number is the N of the device's node, /dev/nvidiaN (the NVIDIA minor number) or
+	// /dev/davinciN (the Ascend device ID).
+	Number int `json:"number"`
+	// Index is the position in the vendor library's enumeration (the NVML index), published as
+	// the index attribute because tools such as nvidia-smi speak it; it may change across
+	// reboots and driver reloads, so nothing keys on it.
 	Index        int    `json:"index"`
 	UUID         string `json:"uuid"`
 	ProductName  string `json:"productName"`
@@ -58,10 +65,44 @@ type Device struct {
 	Nodes []Node `json:"nodes"`
 }
 
+// Failed is a device a backend found but could not enumerate: one of its queries failed. It is
+// left out of the inventory's Devices, so one bad device does not take the node's other devices
+// down; it is reported so that an operator learns why the node has fewer devices than expected.
+type Failed struct {
+	// Index is the position in the vendor library's enumeration (NVML index), or -1 when the
+	// device was found another way (sysfs).
+	Index int `json:"index"`
+	// Name is the name the device would have had, empty if the failure came before its number
+	// was known.
+	Name string `json:"name,omitempty"`
+	// PCIBusID is the extended BDF, empty if the failure came before it was known.
+	PCIBusID string `json:"pciBusID,omitempty"`
+	// Err is what failed, naming the query.
+	Err error `json:"-"`
+}
+
+// String identifies the device by whatever is known about it, for logs and events.
+func (f Failed) String() string {
+	s := f.Name
+	if s == "" {
+		s = "device"
+	}
+	if f.Index >= 0 {
+		s += fmt.Sprintf(" (index %d)", f.Index)
+	}
+	if f.PCIBusID != "" {
+		s += " (PCI " + f.PCIBusID + ")"
+	}
+	return s
+}
+
 // Inventory is everything a backend found on the node.
 type Inventory struct {
 	Kind    Kind     `json:"kind"`
 	Devices []Device `json:"devices"`
+	// Failed are the devices whose queries failed, in enumeration order; they are not in
+	// Devices.
+	Failed []Failed `json:"failed,omitempty"`
 	// ControlNodes are the special files every container with at least one device needs
 	// (nvidiactl, nvidia-uvm..., davinci_manager, devmm_svm, hisi_hdc).
 	ControlNodes []Node `json:"controlNodes"`
@@ -72,15 +113,22 @@ type Inventory struct {
 type Backend interface {
 	// Kind is the kind of every device this backend returns.
 	Kind() Kind
-	// Enumerate returns the node's devices sorted by index. It may be called more than once.
+	// Enumerate returns the node's devices sorted by Number. A device whose own queries fail is
+	// reported in Inventory.Failed, not as an error: an error means the backend as a whole cannot
+	// enumerate (the library does not load, the device count cannot be read). It may be called
+	// more than once.
 	Enumerate(ctx context.Context) (*Inventory, error)
 	// Close releases the backend (e.g. nvml.Shutdown).
 	Close() error
 }
 
-// Sort orders devices by index, then name, so that every consumer sees them in one order.
+// Sort orders devices by Number, then index, then name, so that every consumer sees them in one
+// order, and the same order whatever order the library enumerated them in.
 func Sort(devs []Device) {
 	sort.SliceStable(devs, func(i, j int) bool {
+		if devs[i].Number != devs[j].Number {
+			return devs[i].Number < devs[j].Number
+		}
 		if devs[i].Index != devs[j].Index {
 			return devs[i].Index < devs[j].Index
 		}
@@ -88,8 +136,9 @@ func Sort(devs []Device) {
 	})
 }
 
-// NameFor is the slice name of the device of a kind at an index.
-func NameFor(kind Kind, index int) string { return fmt.Sprintf("%s-%d", kind, index) }
+// NameFor is the slice name of the device of a kind whose node is /dev/<prefix><number>
+// ("gpu-3" for /dev/nvidia3, "npu-3" for /dev/davinci3).
+func NameFor(kind Kind, number int) string { return fmt.Sprintf("%s-%d", kind, number) }
 
 // Lookup indexes an inventory's devices by name.
 func (inv *Inventory) Lookup() map[string]*Device {

@@ -73,7 +73,8 @@ type Driver struct {
 }
 
 // New builds a Driver and the ResourceSlice content for its inventory. Devices that fail
-// validation are logged, counted and reported as events, and left out.
+// validation, and devices the backend could not enumerate (reason "enumeration"), are logged,
+// counted and reported as events, and left out.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	if opts.DriverName == "" || opts.NodeName == "" || opts.Inventory == nil || opts.CDI == nil || opts.State == nil || opts.Metrics == nil {
 		return nil, errors.New("driver: DriverName, NodeName, Inventory, CDI, State and Metrics are required")
@@ -92,6 +93,16 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		d.publishable[name] = true
 	}
 	reasons := map[string]float64{}
+	// Devices the backend found but could not read are reported like devices that fail
+	// validation, under their own reason: the operator sees the same event and metric for
+	// "this node has fewer devices than it should", with the query that failed.
+	for _, f := range opts.Inventory.Failed {
+		logger.Error(f.Err, "Leaving device out of the ResourceSlices: enumerating it failed", "device", f.String())
+		reasons["enumeration"]++
+		if opts.Events != nil {
+			opts.Events.Warning("InvalidDevice", fmt.Sprintf("%s: %s left out of ResourceSlices: enumerating it failed: %v", opts.DriverName, f, f.Err))
+		}
+	}
 	for _, r := range built.Rejected {
 		logger.Error(r.Err, "Leaving device out of the ResourceSlices", "device", r.Device, "reason", r.Reason)
 		reasons[r.Reason]++
@@ -104,7 +115,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		opts.Metrics.RejectedDevices.WithLabelValues(reason).Set(n)
 	}
 	opts.Metrics.PublishedDevices.Set(float64(len(built.Published)))
-	logger.Info("Devices found", "driver", opts.DriverName, "published", len(built.Published), "rejected", len(built.Rejected))
+	logger.Info("Devices found", "driver", opts.DriverName, "published", len(built.Published), "rejected", len(built.Rejected), "failed", len(opts.Inventory.Failed))
 	return d, nil
 }
 

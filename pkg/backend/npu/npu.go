@@ -10,7 +10,12 @@
 //  2. NPUs are numbered in ascending PCI bus ID order, and NPU i is /dev/davinci<i>. The
 //     driver's logical IDs follow its PCI probe order, which is bus ID order on the hosts we know
 //     of; the authoritative mapping is DCMI's logical/physical ID query, which needs Huawei's
-//     closed library. The node must exist: an NPU without it is an error naming the NPU.
+//     closed library. The device is named npu-<i> after its node, never after anything else, so
+//     that a name always means the same /dev/davinci<i>. A Huawei processing accelerator (class
+//     0x12) whose device ID cannot be read still takes its place in the numbering, as it does in
+//     the driver's probe order, so that one unreadable function does not rename the NPUs after it.
+//     An NPU whose sysfs cannot be read, or whose node is missing or unreadable, is reported in
+//     Inventory.Failed (name, PCI bus ID, error) and left out; the others are enumerated.
 //  3. /dev/davinci_manager, /dev/devmm_svm and /dev/hisi_hdc are the control nodes every NPU
 //     container needs; a missing one is logged and left out.
 //  4. A node's type and numbers come from stat. A node that is a regular file (a generated mock
@@ -98,6 +103,8 @@ func (b *Backend) Close() error { return nil }
 type pciFunction struct {
 	busID   string
 	product Product
+	// err says why the function is an NPU that cannot be enumerated.
+	err error
 }
 
 // Enumerate implements device.Backend. A node with no Ascend NPU yields an empty inventory; an
@@ -116,6 +123,7 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 		d := device.Device{
 			Name:          device.NameFor(device.KindNPU, i),
 			Kind:          device.KindNPU,
+			Number:        i,
 			Index:         i,
 			ProductName:   f.product.Name,
 			Architecture:  f.product.Architecture,
@@ -123,9 +131,16 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 			PCIBusID:      f.busID,
 			MemoryBytes:   f.product.MemoryBytes,
 		}
-		n, err := b.node(fmt.Sprintf("davinci%d", i))
+		err := f.err
+		var n device.Node
+		if err == nil {
+			n, err = b.node(fmt.Sprintf("davinci%d", i))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%s (PCI %s): %w", d.Name, f.busID, err)
+			fail := device.Failed{Index: i, Name: d.Name, PCIBusID: f.busID, Err: fmt.Errorf("%s (PCI %s): %w", d.Name, f.busID, err)}
+			logger.Error(fail.Err, "Leaving NPU out: it cannot be read", "device", d.Name, "pciBusID", f.busID)
+			inv.Failed = append(inv.Failed, fail)
+			continue
 		}
 		d.Nodes = []device.Node{n}
 		d.UUID = b.uuid(ctx, f.busID)
@@ -159,7 +174,7 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 			}
 		}
 	}
-	logger.V(2).Info("Enumerated NPUs", "count", len(inv.Devices), "driverVersion", driverVersion)
+	logger.V(2).Info("Enumerated NPUs", "count", len(inv.Devices), "failed", len(inv.Failed), "driverVersion", driverVersion)
 	return inv, nil
 }
 
@@ -185,6 +200,11 @@ func (b *Backend) scan(ctx context.Context) ([]pciFunction, error) {
 		}
 		id, err := readHex(filepath.Join(dir, busID, "device"))
 		if err != nil {
+			if class, cerr := readHex(filepath.Join(dir, busID, "class")); cerr == nil && class>>16 == 0x12 {
+				// Probably an NPU: it keeps its place in the numbering and is reported.
+				npus = append(npus, pciFunction{busID: busID, err: fmt.Errorf("reading PCI device ID: %w", err)})
+				continue
+			}
 			logger.Info("Skipping Huawei PCI device without readable device ID", "pciBusID", busID, "err", err)
 			continue
 		}

@@ -23,6 +23,8 @@ type fn struct {
 	numa                  string
 	serial                string
 	noSymlink, noNUMAFile bool
+	// unreadableDevice makes the device attribute a directory, whose read fails even for root.
+	unreadableDevice bool
 }
 
 func npuFn(busID, root, deviceID, numa string) fn {
@@ -60,7 +62,13 @@ func (tr tree) build(t *testing.T) (sysRoot, devRoot string) {
 		rel := filepath.Join("devices", f.root, f.busID)
 		d := filepath.Join(sysRoot, rel)
 		write(t, filepath.Join(d, "vendor"), f.vendor+"\n")
-		write(t, filepath.Join(d, "device"), f.device+"\n")
+		if f.unreadableDevice {
+			if err := os.MkdirAll(filepath.Join(d, "device"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			write(t, filepath.Join(d, "device"), f.device+"\n")
+		}
 		write(t, filepath.Join(d, "class"), f.cls+"\n")
 		if !f.noNUMAFile {
 			write(t, filepath.Join(d, "numa_node"), f.numa+"\n")
@@ -112,7 +120,9 @@ func TestEnumerate(t *testing.T) {
 		// want lists name:pciBusID:product:pcieRoot:numa per device, "-" for no numa.
 		want    []string
 		wantCtl []device.Node
-		wantErr []string
+		// wantFailed lists name:pciBusID:error-substring per failed device.
+		wantFailed []string
+		wantErr    []string
 	}{
 		"no pci devices": {
 			tree:    tree{devs: devs(nil)},
@@ -177,17 +187,42 @@ func TestEnumerate(t *testing.T) {
 			want:    []string{"npu-0:0000:01:00.0:Ascend 910B:pci0000:00:0"},
 			wantCtl: []device.Node{ctl[0], ctl[2]},
 		},
-		"missing davinci node": {
+		"missing davinci node fails that npu": {
 			tree: tree{fns: []fn{
 				npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"),
 				npuFn("0000:02:00.0", "pci0000:00", "0xd802", "0"),
 			}, devs: devs(map[string]string{"davinci0": "236:0"})},
-			wantErr: []string{"npu-1", "0000:02:00.0", "/dev/davinci1", "no such file"},
+			want:       []string{"npu-0:0000:01:00.0:Ascend 910B:pci0000:00:0"},
+			wantCtl:    ctl,
+			wantFailed: []string{"npu-1:0000:02:00.0:/dev/davinci1: no such file"},
 		},
-		"mock node without numbers": {
+		"mock node without numbers fails that npu": {
 			tree: tree{fns: []fn{npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0")},
 				devs: devs(map[string]string{"davinci0": "not a node"})},
-			wantErr: []string{"npu-0", "/dev/davinci0", "MAJOR:MINOR"},
+			want:       nil,
+			wantCtl:    ctl,
+			wantFailed: []string{"npu-0:0000:01:00.0:/dev/davinci0: regular file (mock tree) without MAJOR:MINOR"},
+		},
+		"unreadable device id keeps its number": {
+			tree: tree{fns: []fn{
+				npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"),
+				{busID: "0000:02:00.0", root: "pci0000:00", vendor: "0x19e5", cls: "0x120000", numa: "0", unreadableDevice: true},
+				npuFn("0000:03:00.0", "pci0000:00", "0xd802", "0"),
+			}, devs: devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1", "davinci2": "236:2"})},
+			want: []string{
+				"npu-0:0000:01:00.0:Ascend 910B:pci0000:00:0",
+				"npu-2:0000:03:00.0:Ascend 910B:pci0000:00:0",
+			},
+			wantCtl:    ctl,
+			wantFailed: []string{"npu-1:0000:02:00.0:reading PCI device ID"},
+		},
+		"unreadable device id of a huawei nic is skipped": {
+			tree: tree{fns: []fn{
+				{busID: "0000:00:05.0", root: "pci0000:00", vendor: "0x19e5", cls: "0x020000", numa: "0", unreadableDevice: true},
+				npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"),
+			}, devs: devs(map[string]string{"davinci0": "236:0"})},
+			want:    []string{"npu-0:0000:01:00.0:Ascend 910B:pci0000:00:0"},
+			wantCtl: ctl,
 		},
 		"control node without numbers": {
 			tree: tree{fns: []fn{npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0")},
@@ -223,8 +258,23 @@ func TestEnumerate(t *testing.T) {
 			if inv.Kind != device.KindNPU || inv.Devices == nil {
 				t.Errorf("inventory kind %q, devices %v; want npu and a non-nil list", inv.Kind, inv.Devices)
 			}
+			var failed []string
+			for _, f := range inv.Failed {
+				failed = append(failed, strings.Join([]string{f.Name, f.PCIBusID, f.Err.Error()}, ":"))
+			}
+			if len(failed) != len(tc.wantFailed) {
+				t.Errorf("failed devices %q, want %q", failed, tc.wantFailed)
+			}
+			for i := range min(len(failed), len(tc.wantFailed)) {
+				name, rest, _ := strings.Cut(tc.wantFailed[i], ":")
+				if !strings.HasPrefix(failed[i], name+":") || !strings.Contains(failed[i], rest[len("0000:00:00.0:"):]) ||
+					!strings.HasPrefix(failed[i][len(name)+1:], rest[:len("0000:00:00.0")]) {
+					t.Errorf("failed device %q, want %q", failed[i], tc.wantFailed[i])
+				}
+			}
 			var got []string
-			for i, d := range inv.Devices {
+			for _, d := range inv.Devices {
+				i := d.Number
 				numa := "-"
 				if d.NUMANode != nil {
 					numa = fmt.Sprint(*d.NUMANode)

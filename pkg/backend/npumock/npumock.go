@@ -50,6 +50,9 @@ type pciFunction struct {
 	numa    int
 	// serial says whether the function gets a serial_number file.
 	serial bool
+	// unreadable makes the device attribute a directory, so that reading it fails for every
+	// user, root included, as an attribute whose read fails with EIO does on a real host.
+	unreadable bool
 }
 
 type profile struct {
@@ -94,6 +97,20 @@ var profiles = map[string]profile{
 			{busID: "0000:18:00.0", root: "pci0000:17", bridges: []string{"0000:17:00.0"}, vendor: npu.HuaweiVendorID, device: 0x1822, class: 0x020000, numa: 0},
 		},
 	},
+}
+
+func init() {
+	// The 910B server with npu-3's sysfs unreadable: npu-3 is reported as failed and keeps its
+	// number, the other seven are published under their usual names.
+	p := profiles["ascend910b-8x"]
+	p.description = "ascend910b-8x where npu-3's (0000:42:00.0) PCI device ID cannot be read"
+	p.functions = append([]pciFunction(nil), p.functions...)
+	for i := range p.functions {
+		if p.functions[i].busID == "0000:42:00.0" {
+			p.functions[i].unreadable = true
+		}
+	}
+	profiles["ascend910b-8x-one-unreadable"] = p
 }
 
 // Profiles returns the names of the NPU mock profiles, sorted.
@@ -142,7 +159,11 @@ func generate(dir, profileName, nodeName string) (paths, error) {
 		rel := filepath.Join(append(append([]string{"devices", f.root}, f.bridges...), f.busID)...)
 		fdir := filepath.Join(out.SysRoot, rel)
 		w.file(filepath.Join(fdir, "vendor"), fmt.Sprintf("0x%04x\n", f.vendor))
-		w.file(filepath.Join(fdir, "device"), fmt.Sprintf("0x%04x\n", f.device))
+		if f.unreadable {
+			w.dir(filepath.Join(fdir, "device"))
+		} else {
+			w.file(filepath.Join(fdir, "device"), fmt.Sprintf("0x%04x\n", f.device))
+		}
 		w.file(filepath.Join(fdir, "class"), fmt.Sprintf("0x%06x\n", f.class))
 		w.file(filepath.Join(fdir, "numa_node"), strconv.Itoa(f.numa)+"\n")
 		if f.serial {
@@ -191,6 +212,13 @@ func (w *writer) file(p, content string) {
 		return
 	}
 	w.err = os.WriteFile(p, []byte(content), 0o644)
+}
+
+func (w *writer) dir(p string) {
+	if w.err != nil {
+		return
+	}
+	w.err = os.MkdirAll(p, 0o755)
 }
 
 func (w *writer) symlink(p, target string) {

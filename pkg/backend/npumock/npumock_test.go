@@ -39,7 +39,7 @@ func enumerate(t *testing.T, dir, profile, node string) *device.Inventory {
 }
 
 func TestProfiles(t *testing.T) {
-	if diff := cmp.Diff([]string{"ascend310p-2x", "ascend910b-8x"}, Profiles()); diff != "" {
+	if diff := cmp.Diff([]string{"ascend310p-2x", "ascend910b-8x", "ascend910b-8x-one-unreadable"}, Profiles()); diff != "" {
 		t.Errorf("Profiles() (-want +got):\n%s", diff)
 	}
 	for _, p := range Profiles() {
@@ -251,5 +251,27 @@ func TestGolden(t *testing.T) {
 				t.Errorf("%s differs (-want +got):\n%s", file, cmp.Diff(string(want), string(got)))
 			}
 		})
+	}
+}
+
+// TestOneUnreadable: with npu-3's sysfs unreadable, npu-3 is reported as failed and the other
+// seven are exactly those of the intact machine, under the same names.
+func TestOneUnreadable(t *testing.T) {
+	base := enumerate(t, t.TempDir(), "ascend910b-8x", "node-a")
+	inv := enumerate(t, t.TempDir(), "ascend910b-8x-one-unreadable", "node-a")
+	var rest []device.Device
+	for _, d := range base.Devices {
+		if d.Name != "npu-3" {
+			rest = append(rest, d)
+		}
+	}
+	if diff := cmp.Diff(rest, inv.Devices); diff != "" {
+		t.Errorf("devices other than npu-3 (-want +got):\n%s", diff)
+	}
+	if len(inv.Failed) != 1 {
+		t.Fatalf("failed devices %+v, want npu-3", inv.Failed)
+	}
+	if f := inv.Failed[0]; f.Name != "npu-3" || f.PCIBusID != "0000:42:00.0" || f.Err == nil || !strings.Contains(f.Err.Error(), "device ID") {
+		t.Errorf("failed device %+v (%v), want npu-3 at 0000:42:00.0 with an error about its device ID", f, f.Err)
 	}
 }

@@ -128,9 +128,11 @@ func (b *Backend) initLocked(ctx context.Context) (err error) {
 	}
 }
 
-// Enumerate implements device.Backend. Any NVML failure for any GPU fails the whole call, with
-// the NVML call and the device index in the error: publishing a partial inventory would make a
-// lost GPU silently disappear from the node's ResourceSlice.
+// Enumerate implements device.Backend. Only a failure that makes NVML as a whole unusable (Init,
+// DeviceGetCount) is an error. A GPU whose own queries fail is reported in Inventory.Failed with
+// the NVML call and whatever is known of it (index, name, PCI bus ID), and the others are
+// enumerated: one lost GPU (Xid 79, "GPU has fallen off the bus") must not stop the node from
+// serving, and unpreparing, the other seven.
 func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -139,9 +141,12 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 	}
 	logger := klog.FromContext(ctx)
 
+	// One value for the host, informational: without it the GPUs are published without the
+	// driverVersion attribute rather than not at all.
 	driverVersion, ret := b.lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("nvml SystemGetDriverVersion: %w", ret)
+		logger.Error(fmt.Errorf("nvml SystemGetDriverVersion: %w", ret), "Cannot read the driver version, publishing GPUs without driverVersion")
+		driverVersion = ""
 	}
 	count, ret := b.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -149,11 +154,23 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 	}
 
 	inv := &device.Inventory{Kind: device.KindGPU, Devices: make([]device.Device, 0, count)}
+	byName := make(map[string]int, count)
 	for i := 0; i < count; i++ {
 		d, err := b.enumerateOne(klog.NewContext(ctx, logger.WithValues("index", i)), i, driverVersion)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			if j, dup := byName[d.Name]; dup {
+				// Two GPUs cannot share a minor; if NVML says so, neither answer can be trusted
+				// for the second, and publishing it would give two devices one name.
+				err = fmt.Errorf("gpu index %d: minor number %d is also that of gpu index %d", i, d.Number, j)
+			}
 		}
+		if err != nil {
+			f := device.Failed{Index: i, Name: d.Name, PCIBusID: d.PCIBusID, Err: err}
+			logger.Error(err, "Leaving GPU out: an NVML query for it failed", "device", f.String())
+			inv.Failed = append(inv.Failed, f)
+			continue
+		}
+		byName[d.Name] = i
 		inv.Devices = append(inv.Devices, d)
 	}
 	device.Sort(inv.Devices)
@@ -175,7 +192,7 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 			inv.ControlNodes = append(inv.ControlNodes, n)
 		}
 	}
-	logger.V(2).Info("Enumerated GPUs", "count", len(inv.Devices), "driverVersion", driverVersion)
+	logger.V(2).Info("Enumerated GPUs", "count", len(inv.Devices), "failed", len(inv.Failed), "driverVersion", driverVersion)
 	return inv, nil
 }
 
@@ -185,23 +202,39 @@ func callError(call string, index int, ret nvml.Return) error {
 	return fmt.Errorf("gpu index %d: nvml %s: %w", index, call, ret)
 }
 
+// enumerateOne reads GPU i. On error the returned device holds what was learnt before the
+// failing call (its name once the minor number is read, its PCI bus ID once PciInfo is), so that
+// the failure can name the GPU; the minor number and bus ID are therefore read first.
 func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string) (device.Device, error) {
 	logger := klog.FromContext(ctx)
+	d := device.Device{Kind: device.KindGPU, Index: i, DriverVersion: driverVersion}
 	h, ret := b.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
-		return device.Device{}, callError("DeviceGetHandleByIndex", i, ret)
+		return d, callError("DeviceGetHandleByIndex", i, ret)
 	}
-	d := device.Device{
-		Name:          device.NameFor(device.KindGPU, i),
-		Kind:          device.KindGPU,
-		Index:         i,
-		DriverVersion: driverVersion,
+	// The name comes from the minor number (the N of /dev/nvidiaN), which the kernel driver
+	// assigns to the GPU and which does not move when NVML's index order does (NVML orders by
+	// PCI bus ID unless CUDA_DEVICE_ORDER or a driver change says otherwise).
+	devMinor, ret := h.GetMinorNumber()
+	if ret != nvml.SUCCESS {
+		return d, callError("GetMinorNumber", i, ret)
 	}
+	d.Number = devMinor
+	d.Name = device.NameFor(device.KindGPU, devMinor)
+	pci, ret := h.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return d, callError("GetPciInfo", i, ret)
+	}
+	busID, err := NormalizePCIBusID(cString(pci.BusId[:]))
+	if err != nil {
+		return d, fmt.Errorf("gpu index %d: nvml GetPciInfo: %w", i, err)
+	}
+	d.PCIBusID = busID
 	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
-		return device.Device{}, callError("GetUUID", i, ret)
+		return d, callError("GetUUID", i, ret)
 	}
 	if d.ProductName, ret = h.GetName(); ret != nvml.SUCCESS {
-		return device.Device{}, callError("GetName", i, ret)
+		return d, callError("GetName", i, ret)
 	}
 	// The architecture is informational and old drivers answer NOT_SUPPORTED, so it may be left
 	// out rather than losing the GPU.
@@ -214,30 +247,17 @@ func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string)
 	}
 	major, minor, ret := h.GetCudaComputeCapability()
 	if ret != nvml.SUCCESS {
-		return device.Device{}, callError("GetCudaComputeCapability", i, ret)
+		return d, callError("GetCudaComputeCapability", i, ret)
 	}
 	d.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
 	mem, ret := h.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return device.Device{}, callError("GetMemoryInfo", i, ret)
+		return d, callError("GetMemoryInfo", i, ret)
 	}
 	d.MemoryBytes = int64(mem.Total)
-	pci, ret := h.GetPciInfo()
-	if ret != nvml.SUCCESS {
-		return device.Device{}, callError("GetPciInfo", i, ret)
-	}
-	busID, err := NormalizePCIBusID(cString(pci.BusId[:]))
-	if err != nil {
-		return device.Device{}, fmt.Errorf("gpu index %d: nvml GetPciInfo: %w", i, err)
-	}
-	d.PCIBusID = busID
-	devMinor, ret := h.GetMinorNumber()
-	if ret != nvml.SUCCESS {
-		return device.Device{}, callError("GetMinorNumber", i, ret)
-	}
 	n, err := b.node(fmt.Sprintf("nvidia%d", devMinor))
 	if err != nil {
-		return device.Device{}, fmt.Errorf("gpu index %d: %w", i, err)
+		return d, fmt.Errorf("gpu index %d: %w", i, err)
 	}
 	d.Nodes = []device.Node{n}
 

@@ -10,9 +10,11 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
 
 	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
 func server(t *testing.T, profile string) *nvmlmock.Server {
@@ -24,8 +26,8 @@ func server(t *testing.T, profile string) *nvmlmock.Server {
 	return s
 }
 
-// TestEnumerateErrors breaks one NVML call at a time and checks that the error names the call
-// and the device index and keeps the NVML return code reachable.
+// TestEnumerateErrors breaks the NVML calls without which nothing can be enumerated: the error
+// names the call and keeps the NVML return code reachable.
 func TestEnumerateErrors(t *testing.T) {
 	tests := map[string]struct {
 		breakIt func(s *nvmlmock.Server)
@@ -49,84 +51,12 @@ func TestEnumerateErrors(t *testing.T) {
 			wantIn:  []string{"kernel driver is not loaded"},
 			wantIs:  nvml.ERROR_DRIVER_NOT_LOADED,
 		},
-		"driver version": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-			},
-			wantIn: []string{"SystemGetDriverVersion"},
-			wantIs: nvml.ERROR_UNKNOWN,
-		},
 		"device count": {
 			breakIt: func(s *nvmlmock.Server) {
 				s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNINITIALIZED }
 			},
 			wantIn: []string{"DeviceGetCount"},
 			wantIs: nvml.ERROR_UNINITIALIZED,
-		},
-		"handle": {
-			breakIt: func(s *nvmlmock.Server) {
-				orig := s.DeviceGetHandleByIndexFunc
-				s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-					if i == 5 {
-						return nil, nvml.ERROR_GPU_IS_LOST
-					}
-					return orig(i)
-				}
-			},
-			wantIn: []string{"gpu index 5", "DeviceGetHandleByIndex"},
-			wantIs: nvml.ERROR_GPU_IS_LOST,
-		},
-		"uuid": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[0].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
-			},
-			wantIn: []string{"gpu index 0", "GetUUID"},
-			wantIs: nvml.ERROR_GPU_IS_LOST,
-		},
-		"name": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[1].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-			},
-			wantIn: []string{"gpu index 1", "GetName"},
-			wantIs: nvml.ERROR_UNKNOWN,
-		},
-		"compute capability": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[2].GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
-			},
-			wantIn: []string{"gpu index 2", "GetCudaComputeCapability"},
-			wantIs: nvml.ERROR_UNKNOWN,
-		},
-		"memory": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[3].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
-			},
-			wantIn: []string{"gpu index 3", "GetMemoryInfo"},
-			wantIs: nvml.ERROR_GPU_IS_LOST,
-		},
-		"pci info": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[4].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NO_PERMISSION }
-			},
-			wantIn: []string{"gpu index 4", "GetPciInfo"},
-			wantIs: nvml.ERROR_NO_PERMISSION,
-		},
-		"garbage bus id": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[6].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-					var p nvml.PciInfo
-					copy(p.BusId[:], "garbage")
-					return p, nvml.SUCCESS
-				}
-			},
-			wantIn: []string{"gpu index 6", "GetPciInfo", `"garbage"`},
-		},
-		"minor number": {
-			breakIt: func(s *nvmlmock.Server) {
-				s.Devices[7].GetMinorNumberFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
-			},
-			wantIn: []string{"gpu index 7", "GetMinorNumber"},
-			wantIs: nvml.ERROR_NOT_SUPPORTED,
 		},
 	}
 	for name, tc := range tests {
@@ -146,6 +76,187 @@ func TestEnumerateErrors(t *testing.T) {
 				t.Errorf("error %q does not wrap %v", err, tc.wantIs)
 			}
 		})
+	}
+}
+
+// TestEnumerateOneDeviceFails breaks one NVML call of one GPU at a time: that GPU is reported in
+// Failed, named as far as the calls before the failing one allow, and the other seven are
+// enumerated unchanged.
+func TestEnumerateOneDeviceFails(t *testing.T) {
+	tests := map[string]struct {
+		breakIt func(s *nvmlmock.Server)
+		want    device.Failed
+		wantIn  []string
+		wantIs  error
+	}{
+		"handle": {
+			breakIt: func(s *nvmlmock.Server) {
+				orig := s.DeviceGetHandleByIndexFunc
+				s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 5 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return orig(i)
+				}
+			},
+			want:   device.Failed{Index: 5},
+			wantIn: []string{"gpu index 5", "DeviceGetHandleByIndex"},
+			wantIs: nvml.ERROR_GPU_IS_LOST,
+		},
+		"minor number": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[7].GetMinorNumberFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+			},
+			want:   device.Failed{Index: 7},
+			wantIn: []string{"gpu index 7", "GetMinorNumber"},
+			wantIs: nvml.ERROR_NOT_SUPPORTED,
+		},
+		"pci info": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[4].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NO_PERMISSION }
+			},
+			want:   device.Failed{Index: 4, Name: "gpu-4"},
+			wantIn: []string{"gpu index 4", "GetPciInfo"},
+			wantIs: nvml.ERROR_NO_PERMISSION,
+		},
+		"garbage bus id": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[6].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+					var p nvml.PciInfo
+					copy(p.BusId[:], "garbage")
+					return p, nvml.SUCCESS
+				}
+			},
+			want:   device.Failed{Index: 6, Name: "gpu-6"},
+			wantIn: []string{"gpu index 6", "GetPciInfo", `"garbage"`},
+		},
+		"uuid": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[0].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+			},
+			want:   device.Failed{Index: 0, Name: "gpu-0", PCIBusID: "0000:1b:00.0"},
+			wantIn: []string{"gpu index 0", "GetUUID"},
+			wantIs: nvml.ERROR_GPU_IS_LOST,
+		},
+		"name": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[1].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+			},
+			want:   device.Failed{Index: 1, Name: "gpu-1", PCIBusID: "0000:43:00.0"},
+			wantIn: []string{"gpu index 1", "GetName"},
+			wantIs: nvml.ERROR_UNKNOWN,
+		},
+		"compute capability": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[2].GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
+			},
+			want:   device.Failed{Index: 2, Name: "gpu-2", PCIBusID: "0000:52:00.0"},
+			wantIn: []string{"gpu index 2", "GetCudaComputeCapability"},
+			wantIs: nvml.ERROR_UNKNOWN,
+		},
+		"memory": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[3].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+			},
+			want:   device.Failed{Index: 3, Name: "gpu-3", PCIBusID: "0000:61:00.0"},
+			wantIn: []string{"gpu index 3", "GetMemoryInfo"},
+			wantIs: nvml.ERROR_GPU_IS_LOST,
+		},
+		"duplicate minor": {
+			breakIt: func(s *nvmlmock.Server) {
+				s.Devices[6].GetMinorNumberFunc = func() (int, nvml.Return) { return 2, nvml.SUCCESS }
+			},
+			want:   device.Failed{Index: 6, Name: "gpu-2", PCIBusID: "0000:d1:00.0"},
+			wantIn: []string{"gpu index 6", "minor number 2", "gpu index 2"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := server(t, "h100-8x-2numa")
+			want, err := s.Backend().Enumerate(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.breakIt(s)
+			inv, err := s.Backend().Enumerate(context.Background())
+			if err != nil {
+				t.Fatalf("Enumerate failed for one bad GPU: %v", err)
+			}
+			if len(inv.Failed) != 1 {
+				t.Fatalf("Failed = %+v, want one device", inv.Failed)
+			}
+			f := inv.Failed[0]
+			if f.Index != tc.want.Index || f.Name != tc.want.Name || f.PCIBusID != tc.want.PCIBusID {
+				t.Errorf("Failed = index %d name %q bus %q, want %d %q %q", f.Index, f.Name, f.PCIBusID, tc.want.Index, tc.want.Name, tc.want.PCIBusID)
+			}
+			for _, w := range tc.wantIn {
+				if f.Err == nil || !strings.Contains(f.Err.Error(), w) {
+					t.Errorf("error %v does not contain %q", f.Err, w)
+				}
+			}
+			if tc.wantIs != nil && !errors.Is(f.Err, tc.wantIs) {
+				t.Errorf("error %v does not wrap %v", f.Err, tc.wantIs)
+			}
+			// The others are exactly what an undamaged machine yields.
+			var rest []device.Device
+			for _, d := range want.Devices {
+				if d.Index != f.Index {
+					rest = append(rest, d)
+				}
+			}
+			if diff := cmp.Diff(rest, inv.Devices); diff != "" {
+				t.Errorf("other devices changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDriverVersionFails: the host's driver version is informational; without it every GPU is
+// still enumerated, without a driver version.
+func TestDriverVersionFails(t *testing.T) {
+	s := server(t, "h100-8x-2numa")
+	s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+	inv, err := s.Backend().Enumerate(context.Background())
+	if err != nil {
+		t.Fatalf("Enumerate: %v", err)
+	}
+	if len(inv.Devices) != 8 || len(inv.Failed) != 0 {
+		t.Fatalf("%d devices, %d failed; want 8 and 0", len(inv.Devices), len(inv.Failed))
+	}
+	for _, d := range inv.Devices {
+		if d.DriverVersion != "" {
+			t.Errorf("%s: driver version %q, want none", d.Name, d.DriverVersion)
+		}
+	}
+}
+
+// TestNamesFollowMinor: NVML's index order and the minor numbers differ; each device is named
+// after its minor, keeps its UUID and bus ID under that name, and is published in minor order.
+func TestNamesFollowMinor(t *testing.T) {
+	base, err := server(t, "h100-8x-2numa").Backend().Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := server(t, "h100-8x-2numa-reordered").Backend().Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Devices) != len(base.Devices) {
+		t.Fatalf("%d devices, want %d", len(inv.Devices), len(base.Devices))
+	}
+	moved := 0
+	for i, d := range inv.Devices {
+		b := base.Devices[i]
+		if d.Name != b.Name || d.Number != b.Number || d.UUID != b.UUID || d.PCIBusID != b.PCIBusID || d.Nodes[0] != b.Nodes[0] {
+			t.Errorf("device %d: %s number %d uuid %s bus %s node %+v; want %s %d %s %s %+v",
+				i, d.Name, d.Number, d.UUID, d.PCIBusID, d.Nodes[0], b.Name, b.Number, b.UUID, b.PCIBusID, b.Nodes[0])
+		}
+		if d.Index != b.Index {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Error("no NVML index moved: the profile does not exercise reordering")
 	}
 }
 
@@ -172,6 +283,8 @@ func TestDeviceNodes(t *testing.T) {
 		wantErr  []string
 		wantCtl  []string
 		wantNode string
+		// wantFailed is the device that must be reported in Failed.
+		wantFailed string
 	}{
 		"all present": {
 			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
@@ -184,9 +297,10 @@ func TestDeviceNodes(t *testing.T) {
 			missing: "nvidia-modeset",
 			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
 		},
-		"missing device node is an error": {
-			missing: "nvidia2",
-			wantErr: []string{"gpu index 2", "/dev/nvidia2"},
+		"missing device node fails that device": {
+			missing:    "nvidia2",
+			wantCtl:    []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
+			wantFailed: "gpu-2",
 		},
 		"unreadable control node is an error": {
 			missing: "nvidiactl",
@@ -241,7 +355,14 @@ func TestDeviceNodes(t *testing.T) {
 					t.Errorf("statted %q, outside the dev root /host/dev", p)
 				}
 			}
-			if got := inv.Devices[5].Nodes[0]; got.Path != "/dev/nvidia5" || got.Major != 195 || got.Minor != 5 || got.Type != "c" {
+			var failed []string
+			for _, f := range inv.Failed {
+				failed = append(failed, f.Name)
+			}
+			if want := []string{tc.wantFailed}; tc.wantFailed != "" && !cmp.Equal(failed, want) || tc.wantFailed == "" && len(failed) > 0 {
+				t.Errorf("failed devices = %v, want %q", failed, tc.wantFailed)
+			}
+			if got := inv.Lookup()["gpu-5"].Nodes[0]; got.Path != "/dev/nvidia5" || got.Major != 195 || got.Minor != 5 || got.Type != "c" {
 				t.Errorf("gpu-5 node = %+v", got)
 			}
 		})

@@ -3,8 +3,10 @@
 // backend (pkg/backend/nvml) runs unchanged against them: the same NVML calls, the same bus ID
 // normalisation, and the same deviceattribute helpers resolving pcieRoot and numaNode.
 //
-// GPU UUIDs are derived from sha256(nodeName/profile/index): stable across restarts of one node,
-// different between nodes, as real UUIDs are.
+// GPU UUIDs are derived from sha256(nodeName/profile/minor): stable across restarts of one node,
+// different between nodes, as real UUIDs are. Variant profiles of one machine (reordered NVML
+// indices, swapped boards, a lost GPU) derive them from the base profile's name, so that the same
+// board keeps its UUID across a restart onto a variant.
 package nvmlmock
 
 import (
@@ -59,8 +61,21 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 		return nil, fmt.Errorf("NVML mock profile %s: node name is required (it makes the GPU UUIDs)", profileName)
 	}
 	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p}
+	uuidProfile := p.uuidProfile
+	if uuidProfile == "" {
+		uuidProfile = profileName
+	}
 	for i, g := range p.gpus {
-		s.Devices = append(s.Devices, s.newDevice(i, g, stableid.UUID("GPU", nodeName, profileName, strconv.Itoa(i))))
+		minor := p.minor(i)
+		board := minor
+		if m, ok := p.uuidOf[minor]; ok {
+			board = m
+		}
+		d := s.newDevice(i, minor, g, stableid.UUID("GPU", nodeName, uuidProfile, strconv.Itoa(board)))
+		if p.lost[minor] {
+			loseDevice(d)
+		}
+		s.Devices = append(s.Devices, d)
 		s.addSysfs(g)
 	}
 	s.setInterfaceFuncs()
@@ -157,7 +172,22 @@ func (s *Server) Stat(p string) (string, int64, int64, error) {
 // nvmlBusID is NVML's spelling of a bus ID: 8-digit domain, upper-case hex.
 func nvmlBusID(busID string) string { return strings.ToUpper("0000" + busID) }
 
-func (s *Server) newDevice(index int, g gpu, uuid string) *mock.Device {
+// loseDevice makes d a GPU that has fallen off the bus. The kernel driver keeps the minor number
+// and PCI location of a lost GPU, so those still answer; everything that asks the GPU fails.
+func loseDevice(d *mock.Device) {
+	lost := nvml.ERROR_GPU_IS_LOST
+	d.GetUUIDFunc = func() (string, nvml.Return) { return "", lost }
+	d.GetNameFunc = func() (string, nvml.Return) { return "", lost }
+	d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return 0, lost }
+	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, lost }
+	d.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, lost }
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, lost }
+	d.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, lost }
+	d.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, lost }
+	d.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) { return 0, lost }
+}
+
+func (s *Server) newDevice(index, minor int, g gpu, uuid string) *mock.Device {
 	d := &mock.Device{}
 	m := g.model
 	var dom, bus, dev, fn uint32
@@ -174,7 +204,7 @@ func (s *Server) newDevice(index int, g gpu, uuid string) *mock.Device {
 	copy(pci.BusIdLegacy[:len(pci.BusIdLegacy)-1], strings.ToUpper(g.busID))
 
 	d.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
-	d.GetMinorNumberFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
+	d.GetMinorNumberFunc = func() (int, nvml.Return) { return minor, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return uuid, nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) { return m.name, nvml.SUCCESS }
 	d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return nvml.BRAND_NVIDIA, nvml.SUCCESS }

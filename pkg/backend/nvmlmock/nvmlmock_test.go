@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -48,7 +50,7 @@ func enumerate(t *testing.T, profile, node string, opts ...Option) *device.Inven
 
 func TestProfiles(t *testing.T) {
 	got := Profiles()
-	want := []string{"a100-8x", "broken-driver-version", "h100-8x-2numa", "mixed-small"}
+	want := []string{"a100-8x", "broken-driver-version", "h100-8x-2numa", "h100-8x-2numa-reordered", "h100-8x-2numa-swapped", "h100-8x-one-broken", "mixed-small"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Profiles() mismatch (-want +got):\n%s", diff)
 	}
@@ -85,6 +87,8 @@ func TestEnumerateProfiles(t *testing.T) {
 		busIDs            []string
 		driverVersion     string
 		controlNodes      []string
+		// indices are the NVML indices in device (minor) order; nil means the same as the minor.
+		indices []int
 	}
 	allCtl := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}
 	noModeset := allCtl[:3]
@@ -104,6 +108,15 @@ func TestEnumerateProfiles(t *testing.T) {
 			busIDs:        []string{"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"},
 			driverVersion: "570.124.06",
 			controlNodes:  allCtl,
+		},
+		"h100-8x-2numa-reordered": {
+			product: "NVIDIA H100 80GB HBM3", arch: "Hopper", cc: "9.0", memory: 85899345920,
+			pcieRoots:     []string{"pci0000:15", "pci0000:15", "pci0000:48", "pci0000:48", "pci0000:97", "pci0000:97", "pci0000:c7", "pci0000:c7"},
+			numa:          []*int64{i64(0), i64(0), i64(0), i64(0), i64(1), i64(1), i64(1), i64(1)},
+			busIDs:        []string{"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"},
+			driverVersion: "570.124.06",
+			controlNodes:  allCtl,
+			indices:       []int{2, 1, 3, 0, 6, 5, 7, 4},
 		},
 		"mixed-small": {
 			pcieRoots:     []string{"pci0000:00", "pci0001:00"},
@@ -132,12 +145,16 @@ func TestEnumerateProfiles(t *testing.T) {
 			var names, roots, busIDs []string
 			var numa []*int64
 			for i, d := range inv.Devices {
+				wantIndex := i
+				if w.indices != nil {
+					wantIndex = w.indices[i]
+				}
 				names = append(names, d.Name)
 				roots = append(roots, d.PCIeRoot)
 				busIDs = append(busIDs, d.PCIBusID)
 				numa = append(numa, d.NUMANode)
-				if d.Index != i || d.Name != device.NameFor(device.KindGPU, i) || d.Kind != device.KindGPU {
-					t.Errorf("device %d: index %d, name %q, kind %q", i, d.Index, d.Name, d.Kind)
+				if d.Number != i || d.Index != wantIndex || d.Name != device.NameFor(device.KindGPU, i) || d.Kind != device.KindGPU {
+					t.Errorf("device %d: number %d, index %d, name %q, kind %q; want number %d, index %d", i, d.Number, d.Index, d.Name, d.Kind, i, wantIndex)
 				}
 				if !bdfFormat.MatchString(d.PCIBusID) {
 					t.Errorf("%s: pciBusID %q is not a lower-case extended BDF", d.Name, d.PCIBusID)
@@ -184,6 +201,70 @@ func TestEnumerateProfiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVariants checks the variants of the DGX H100 against the base machine: the same GPU keeps
+// its name and UUID whatever its NVML index; a swapped board shows another UUID under the same
+// name; a lost GPU is reported, named, and the others are untouched.
+func TestVariants(t *testing.T) {
+	base := enumerate(t, "h100-8x-2numa", "node-a")
+	byName := base.Lookup()
+	uuidOf := func(inv *device.Inventory) map[string]string {
+		m := map[string]string{}
+		for _, d := range inv.Devices {
+			m[d.Name] = d.UUID
+		}
+		return m
+	}
+	baseUUIDs := uuidOf(base)
+
+	t.Run("reordered", func(t *testing.T) {
+		inv := enumerate(t, "h100-8x-2numa-reordered", "node-a")
+		if diff := cmp.Diff(baseUUIDs, uuidOf(inv)); diff != "" {
+			t.Errorf("UUIDs by name differ from the base machine (-want +got):\n%s", diff)
+		}
+		for _, d := range inv.Devices {
+			b := byName[d.Name]
+			if d.PCIBusID != b.PCIBusID || !cmp.Equal(d.Nodes, b.Nodes) {
+				t.Errorf("%s: bus %s nodes %v, want %s %v", d.Name, d.PCIBusID, d.Nodes, b.PCIBusID, b.Nodes)
+			}
+		}
+	})
+	t.Run("swapped", func(t *testing.T) {
+		got := uuidOf(enumerate(t, "h100-8x-2numa-swapped", "node-a"))
+		want := maps.Clone(baseUUIDs)
+		want["gpu-0"], want["gpu-1"] = baseUUIDs["gpu-1"], baseUUIDs["gpu-0"]
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("UUIDs by name (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("one broken", func(t *testing.T) {
+		inv := enumerate(t, "h100-8x-one-broken", "node-a")
+		var rest []device.Device
+		for _, d := range base.Devices {
+			if d.Name != "gpu-3" {
+				rest = append(rest, d)
+			}
+		}
+		if diff := cmp.Diff(rest, inv.Devices); diff != "" {
+			t.Errorf("devices other than gpu-3 (-want +got):\n%s", diff)
+		}
+		if len(inv.Failed) != 1 {
+			t.Fatalf("failed devices %+v, want gpu-3", inv.Failed)
+		}
+		f := inv.Failed[0]
+		if f.Name != "gpu-3" || f.Index != 3 || f.PCIBusID != "0000:61:00.0" || !errors.Is(f.Err, nvml.ERROR_GPU_IS_LOST) {
+			t.Errorf("failed device %+v (%v), want gpu-3 index 3 at 0000:61:00.0, GPU_IS_LOST", f, f.Err)
+		}
+	})
+	t.Run("other nodes differ", func(t *testing.T) {
+		other := uuidOf(enumerate(t, "h100-8x-2numa-reordered", "node-b"))
+		for name, u := range other {
+			if u == baseUUIDs[name] {
+				t.Errorf("%s has the same UUID on node-a and node-b", name)
+			}
+		}
+	})
 }
 
 func TestMixedSmallModels(t *testing.T) {

@@ -52,7 +52,30 @@ type profile struct {
 	cudaDriverVersion int
 	// modeset says whether /dev/nvidia-modeset exists (the display driver is loaded).
 	modeset bool
-	gpus    []gpu
+	// gpus are the GPUs in NVML index order.
+	gpus []gpu
+	// minors are the minor numbers (/dev/nvidiaN) of gpus by NVML index; nil means each GPU's
+	// minor is its index, as on most hosts.
+	minors []int
+	// uuidProfile is the profile whose UUIDs the GPUs carry (UUIDs derive from node, this name
+	// and minor); empty means the profile's own name. Variants of a machine set it to the base
+	// machine so that the same GPU keeps its UUID.
+	uuidProfile string
+	// uuidOf maps a minor to the minor whose UUID that GPU carries instead of its own: a
+	// different board in the slot.
+	uuidOf map[int]int
+	// lost are the minors of GPUs that have fallen off the bus: NVML still hands out their
+	// handle, minor number and PCI info (the kernel driver keeps those) but fails every query
+	// that needs the GPU with ERROR_GPU_IS_LOST.
+	lost map[int]bool
+}
+
+// minor is the minor number of the GPU at NVML index i.
+func (p profile) minor(i int) int {
+	if p.minors == nil {
+		return i
+	}
+	return p.minors[i]
 }
 
 // Driver 570.124.06 ships CUDA 12.8; NVML reports the CUDA version as 1000*major + 10*minor.
@@ -123,6 +146,37 @@ var profiles = map[string]profile{
 			{model: t4, busID: "0001:00:04.0", root: "pci0001:00", numa: -1},
 		},
 	},
+}
+
+// Variants of the DGX H100 for tests of device identity and per-device failures. They share
+// the base machine's UUIDs, so that a node restarted on a variant meets the same GPUs (or, where
+// the variant says so, different ones) under the same names.
+func init() {
+	base := profiles["h100-8x-2numa"]
+	// NVML orders GPUs by PCI bus ID by default, but driver versions and CUDA_DEVICE_ORDER have
+	// changed that order on real hosts; the minor numbers are the kernel driver's and stay.
+	reordered := base
+	reordered.description = "h100-8x-2numa with NVML indices permuted (index i is minor 3,1,0,2,7,5,4,6 [i]): names, UUIDs and bus IDs stay with the minor"
+	reordered.uuidProfile = "h100-8x-2numa"
+	reordered.minors = []int{3, 1, 0, 2, 7, 5, 4, 6}
+	reordered.gpus = make([]gpu, len(base.gpus))
+	for i, m := range reordered.minors {
+		reordered.gpus[i] = base.gpus[m]
+	}
+	profiles["h100-8x-2numa-reordered"] = reordered
+
+	// A board swap between two slots: the minor follows the slot (bus ID), the UUID the board.
+	swapped := base
+	swapped.description = "h100-8x-2numa with the boards of gpu-0 and gpu-1 swapped: same names and bus IDs, each other's UUIDs"
+	swapped.uuidProfile = "h100-8x-2numa"
+	swapped.uuidOf = map[int]int{0: 1, 1: 0}
+	profiles["h100-8x-2numa-swapped"] = swapped
+
+	broken := base
+	broken.description = "h100-8x-2numa where gpu-3 has fallen off the bus: its handle, minor and PCI info answer, every other NVML query fails with GPU_IS_LOST"
+	broken.uuidProfile = "h100-8x-2numa"
+	broken.lost = map[int]bool{3: true}
+	profiles["h100-8x-one-broken"] = broken
 }
 
 // Profiles returns the names of the mock profiles, sorted.
