@@ -114,6 +114,20 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	for reason, n := range reasons {
 		opts.Metrics.RejectedDevices.WithLabelValues(reason).Set(n)
 	}
+	// An attribute left out costs the device only selectors on that attribute, so it is a
+	// warning of its own (InvalidDeviceAttribute) rather than a rejected device.
+	omitted := map[string]float64{}
+	for _, o := range built.Omitted {
+		logger.Error(o.Err, "Publishing device without an attribute whose value cannot be represented", "device", o.Device, "attribute", o.Attribute)
+		omitted[string(o.Attribute)]++
+		if opts.Events != nil {
+			opts.Events.Warning("InvalidDeviceAttribute", fmt.Sprintf("%s: device %s published without attribute %s: %v", opts.DriverName, o.Device, o.Attribute, o.Err))
+		}
+	}
+	opts.Metrics.OmittedAttributes.Reset()
+	for attr, n := range omitted {
+		opts.Metrics.OmittedAttributes.WithLabelValues(attr).Set(n)
+	}
 	opts.Metrics.PublishedDevices.Set(float64(len(built.Published)))
 	logger.Info("Devices found", "driver", opts.DriverName, "published", len(built.Published), "rejected", len(built.Rejected), "failed", len(opts.Inventory.Failed))
 	return d, nil

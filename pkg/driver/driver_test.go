@@ -225,7 +225,7 @@ func TestPrepareIsIdempotent(t *testing.T) {
 
 func TestPrepareRejects(t *testing.T) {
 	inv := inventory(3)
-	inv.Devices[2].DriverVersion = "garbage" // left out of the slices
+	inv.Devices[2].ProductName = strings.Repeat("x", 65) // fails validation: left out of the slices
 	for _, tc := range []struct {
 		name    string
 		claim   *resourceapi.ResourceClaim
@@ -432,7 +432,7 @@ func TestRebootIsCleanSlate(t *testing.T) {
 
 func TestRejectedDeviceIsReported(t *testing.T) {
 	inv := inventory(2)
-	inv.Devices[1].DriverVersion = "r570"
+	inv.Devices[1].ProductName = strings.Repeat("x", 65)
 	e := newEnv(t, inv)
 	pool := e.drv.Resources().Pools[nodeName]
 	if len(pool.Slices) != 1 || len(pool.Slices[0].Devices) != 1 || pool.Slices[0].Devices[0].Name != "gpu-0" {
@@ -441,8 +441,8 @@ func TestRejectedDeviceIsReported(t *testing.T) {
 	if len(e.events.msgs) != 1 || !strings.Contains(e.events.msgs[0], "gpu-1") || !strings.Contains(e.events.msgs[0], "InvalidDevice") {
 		t.Fatalf("events %v", e.events.msgs)
 	}
-	if got := testutil.ToFloat64(e.metrics.RejectedDevices.WithLabelValues("driver-version")); got != 1 {
-		t.Fatalf("rejected_devices{reason=driver-version} = %v, want 1", got)
+	if got := testutil.ToFloat64(e.metrics.RejectedDevices.WithLabelValues("invalid")); got != 1 {
+		t.Fatalf("rejected_devices{reason=invalid} = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(e.metrics.PublishedDevices); got != 1 {
 		t.Fatalf("published_devices = %v, want 1", got)

@@ -21,7 +21,10 @@ type Plugin struct {
 	PreparedClaims   prometheus.Gauge
 	PublishedDevices prometheus.Gauge
 	RejectedDevices  *prometheus.GaugeVec
-	CheckpointErrors *prometheus.CounterVec
+	// OmittedAttributes counts published devices that lack an attribute whose value could not
+	// be represented (a driver version that cannot be made semver).
+	OmittedAttributes *prometheus.GaugeVec
+	CheckpointErrors  *prometheus.CounterVec
 }
 
 // latencyBuckets spans 100µs..5s: a prepare normally takes about a millisecond; seconds mean
@@ -55,6 +58,10 @@ func NewPlugin(driver string) *Plugin {
 			Namespace: namespace, Name: "rejected_devices", ConstLabels: labels,
 			Help: "Devices found on this node but left out of its ResourceSlices, by reason.",
 		}, []string{"reason"}),
+		OmittedAttributes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "omitted_attributes", ConstLabels: labels,
+			Help: "Published devices on this node without an attribute whose value could not be represented, by attribute.",
+		}, []string{"attribute"}),
 		CheckpointErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "checkpoint_errors_total", ConstLabels: labels,
 			Help: "Checkpoint records found corrupt or unreadable and moved aside, or failed writes.",
@@ -62,7 +69,7 @@ func NewPlugin(driver string) *Plugin {
 	}
 	m.Registry.MustRegister(
 		m.PrepareSeconds, m.UnprepareSeconds, m.PreparedClaims, m.PublishedDevices,
-		m.RejectedDevices, m.CheckpointErrors,
+		m.RejectedDevices, m.OmittedAttributes, m.CheckpointErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

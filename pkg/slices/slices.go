@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/accel-dra/accel-dra/pkg/apivalidation"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -37,12 +38,23 @@ type Rejected struct {
 	Err    error
 }
 
+// Omitted is an attribute left out of a published device because its value cannot be
+// represented (a driver version that cannot be made semver): the device is still usable, and a
+// selector on that attribute simply does not match it.
+type Omitted struct {
+	Device    string
+	Attribute resourceapi.QualifiedName
+	Err       error
+}
+
 // Result is what Build produces.
 type Result struct {
 	Resources resourceslice.DriverResources
 	// Published are the names of the devices in Resources, sorted.
 	Published []string
 	Rejected  []Rejected
+	// Omitted are the attributes left out of published devices, in device order.
+	Omitted []Omitted
 }
 
 // Build converts an inventory into one pool named poolName (the node name, as the kubelet
@@ -55,7 +67,7 @@ func Build(inv *device.Inventory, poolName string) Result {
 	var res Result
 	var apiDevs []resourceapi.Device
 	for i := range devs {
-		d, reason, err := ToAPI(&devs[i])
+		d, omitted, reason, err := ToAPI(&devs[i])
 		if err == nil {
 			err = ValidateDevice(&d)
 			reason = "invalid"
@@ -66,6 +78,7 @@ func Build(inv *device.Inventory, poolName string) Result {
 		}
 		apiDevs = append(apiDevs, d)
 		res.Published = append(res.Published, d.Name)
+		res.Omitted = append(res.Omitted, omitted...)
 	}
 
 	pool := resourceslice.Pool{}
@@ -82,8 +95,11 @@ func Build(inv *device.Inventory, poolName string) Result {
 	return res
 }
 
-// ToAPI converts one device. The reason string names the failing conversion for metrics.
-func ToAPI(d *device.Device) (resourceapi.Device, string, error) {
+// ToAPI converts one device. A version attribute whose value cannot be made semver is left out
+// and returned in omitted; the device is still converted. An error (a PCI bus ID or NUMA node the
+// standard helpers refuse) means the device cannot be published; the reason string names the
+// failing conversion for metrics.
+func ToAPI(d *device.Device) (dev resourceapi.Device, omitted []Omitted, reason string, err error) {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrType:        str(string(d.Kind)),
 		AttrUUID:        str(d.UUID),
@@ -93,24 +109,28 @@ func ToAPI(d *device.Device) (resourceapi.Device, string, error) {
 	if d.Architecture != "" {
 		attrs[AttrArchitecture] = str(d.Architecture)
 	}
-	if d.DriverVersion != "" {
-		v, err := NormalizeVersion(d.DriverVersion)
-		if err != nil {
-			return resourceapi.Device{}, "driver-version", fmt.Errorf("device %s: driverVersion: %w", d.Name, err)
+	version := func(name resourceapi.QualifiedName, raw string) {
+		if raw == "" {
+			return
 		}
-		attrs[AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: &v}
-	}
-	if d.CUDAComputeCapability != "" {
-		v, err := NormalizeVersion(d.CUDAComputeCapability)
-		if err != nil {
-			return resourceapi.Device{}, "compute-capability", fmt.Errorf("device %s: cudaComputeCapability: %w", d.Name, err)
+		v, err := NormalizeVersion(raw)
+		if err == nil {
+			// The API's limit on every attribute value; checked here so that an overlong
+			// version costs the attribute, not the device.
+			_, err = apivalidation.Attribute(resourceapi.DeviceAttribute{VersionValue: &v})
 		}
-		attrs[AttrCUDAComputeCapability] = resourceapi.DeviceAttribute{VersionValue: &v}
+		if err != nil {
+			omitted = append(omitted, Omitted{Device: d.Name, Attribute: name, Err: fmt.Errorf("device %s: %s: %w", d.Name, name, err)})
+			return
+		}
+		attrs[name] = resourceapi.DeviceAttribute{VersionValue: &v}
 	}
+	version(AttrDriverVersion, d.DriverVersion)
+	version(AttrCUDAComputeCapability, d.CUDAComputeCapability)
 	if d.PCIBusID != "" {
 		a, err := deviceattribute.GetPCIBusIDAttribute(d.PCIBusID)
 		if err != nil {
-			return resourceapi.Device{}, "pci-bus-id", fmt.Errorf("device %s: %w", d.Name, err)
+			return resourceapi.Device{}, nil, "pci-bus-id", fmt.Errorf("device %s: %w", d.Name, err)
 		}
 		attrs[a.Name] = a.Value
 	}
@@ -120,7 +140,7 @@ func ToAPI(d *device.Device) (resourceapi.Device, string, error) {
 	if d.NUMANode != nil {
 		a, err := deviceattribute.GetNUMANodeAttribute(int(*d.NUMANode), deviceattribute.ScalarAttribute)
 		if err != nil {
-			return resourceapi.Device{}, "numa-node", fmt.Errorf("device %s: %w", d.Name, err)
+			return resourceapi.Device{}, nil, "numa-node", fmt.Errorf("device %s: %w", d.Name, err)
 		}
 		attrs[a.Name] = a.Value
 	}
@@ -130,54 +150,103 @@ func ToAPI(d *device.Device) (resourceapi.Device, string, error) {
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			CapacityMemory: {Value: *resource.NewQuantity(d.MemoryBytes, resource.BinarySI)},
 		},
-	}, "", nil
+	}, omitted, "", nil
 }
 
-// NormalizeVersion makes a driver-reported version semver, as version attributes must be:
-// NVIDIA reports "570.124.06" (a leading zero semver forbids), compute capabilities are "9.0",
-// and Ascend drivers report "24.1.rc2". Numeric parts lose leading zeros, missing parts become 0,
-// and a trailing alphanumeric part after at least two numeric ones ("rc2") or a "-suffix" becomes
-// the pre-release. Anything that is still not semver afterwards is an error.
+// NormalizeVersion makes a driver-reported version semver, as version attributes must be, where
+// that can be done without changing how versions compare. The rules (docs/device-attributes.md):
+//
+//   - Surrounding space is trimmed. The leading numeric dot-separated parts are the version core;
+//     they lose leading zeros (NVIDIA's "570.124.06" is 570.124.6) and missing ones become 0
+//     ("9.0" is 9.0.0).
+//   - Parts after a core of two or three numbers that start with a letter begin a pre-release,
+//     and every later part belongs to it: Ascend's "24.1.rc2" is 24.1.0-rc2, "24.1.rc2.1" is
+//     24.1.0-rc2.1, "23.0.rc3.b070" is 23.0.0-rc3.b070. Ascend ships 24.1.rc1, rc2, rc3 before
+//     24.1.0, which is what semver's pre-release order says. Numeric identifiers in it lose
+//     leading zeros.
+//   - Numeric parts beyond the third (Ascend hotfixes, "25.0.0.1") become build metadata,
+//     25.0.0+1: semver has no fourth number, and build metadata keeps the value visible while
+//     comparing equal to 25.0.0, which is closer to the truth than any pre-release would be.
+//   - A "-suffix" or "+build" the input already has is kept.
+//
+// Anything else ("r570", "24.rc2", characters semver does not allow) is an error.
 func NormalizeVersion(s string) (string, error) {
 	in := strings.TrimSpace(s)
-	core, pre, hasPre := strings.Cut(in, "-")
+	rest, build, hasBuild := strings.Cut(in, "+")
+	core, pre, hasPre := strings.Cut(rest, "-")
 	parts := strings.Split(core, ".")
-	if !hasPre && len(parts) >= 3 && len(parts) <= 4 && isAlnumIdent(parts[len(parts)-1]) {
-		pre, hasPre = parts[len(parts)-1], true
-		parts = parts[:len(parts)-1]
+	n := 0
+	for n < len(parts) && isNumeric(parts[n]) {
+		n++
 	}
-	if len(parts) > 3 {
-		return "", fmt.Errorf("%q is not a version of at most three numeric parts", s)
+	if n == 0 {
+		return "", fmt.Errorf("%q is not a version: it does not start with a number", s)
+	}
+	var preIDs, buildIDs []string
+	switch {
+	case n > 3:
+		// Fourth and later numbers, and anything after them, are build metadata.
+		buildIDs = parts[3:]
+		n = 3
+	case n < len(parts):
+		if n < 2 || !startsWithLetter(parts[n]) {
+			return "", fmt.Errorf("%q is not a version of the form MAJOR.MINOR[.PATCH][.PRERELEASE]: part %q after %d number(s)", s, parts[n], n)
+		}
+		if hasPre {
+			return "", fmt.Errorf("%q has a dotted and a hyphenated pre-release", s)
+		}
+		preIDs = parts[n:]
 	}
 	nums := []string{"0", "0", "0"}
-	for i, p := range parts {
-		n, err := strconv.ParseUint(p, 10, 64)
+	for i := range n {
+		v, err := strconv.ParseUint(parts[i], 10, 64)
 		if err != nil {
-			return "", fmt.Errorf("%q is not a semantic version: part %q is not a number", s, p)
+			return "", fmt.Errorf("%q is not a version: part %q: %w", s, parts[i], err)
 		}
-		nums[i] = strconv.FormatUint(n, 10)
+		nums[i] = strconv.FormatUint(v, 10)
+	}
+	for i, id := range preIDs {
+		if isNumeric(id) {
+			v, err := strconv.ParseUint(id, 10, 64)
+			if err != nil {
+				return "", fmt.Errorf("%q is not a version: part %q: %w", s, id, err)
+			}
+			preIDs[i] = strconv.FormatUint(v, 10)
+		}
+	}
+	if hasPre {
+		preIDs = []string{pre}
+	}
+	if hasBuild {
+		buildIDs = append(buildIDs, build)
 	}
 	v := strings.Join(nums, ".")
-	if hasPre {
-		v += "-" + pre
+	if len(preIDs) > 0 {
+		v += "-" + strings.Join(preIDs, ".")
+	}
+	if len(buildIDs) > 0 {
+		v += "+" + strings.Join(buildIDs, ".")
 	}
 	if _, err := semver.Parse(v); err != nil {
-		return "", fmt.Errorf("%q is not a semantic version: %w", s, err)
+		return "", fmt.Errorf("%q is not a semantic version (normalised to %q): %w", s, v, err)
 	}
 	return v, nil
 }
 
-// isAlnumIdent reports whether p is a letter followed by letters and digits ("rc2", "RC1").
-func isAlnumIdent(p string) bool {
-	if p == "" || !(p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z') {
+func isNumeric(p string) bool {
+	if p == "" {
 		return false
 	}
 	for _, r := range p {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+		if r < '0' || r > '9' {
 			return false
 		}
 	}
 	return true
+}
+
+func startsWithLetter(p string) bool {
+	return p != "" && (p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z')
 }
 
 func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }

@@ -136,9 +136,9 @@ var profiles = map[string]profile{
 		},
 	},
 	// The mixed-small machine with a driver version that cannot be made semver, for tests of the
-	// layer that publishes driverVersion and must leave such devices out.
+	// layer that publishes driverVersion: the devices are published without that attribute.
 	"broken-driver-version": {
-		description:       "mixed-small with the driver version \"bad-version\", which is not semver",
+		description:       "mixed-small with the driver version \"bad-version\", which is not semver (published without driverVersion)",
 		driverVersion:     "bad-version",
 		cudaDriverVersion: cudaDriverVersion,
 		gpus: []gpu{
