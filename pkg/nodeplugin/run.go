@@ -121,7 +121,7 @@ func Run(ctx context.Context, o *Options) error {
 	debug.FreeOSMemory()
 
 	if o.HTTPAddress != "" {
-		srv, err := serveHTTP(ctx, o.HTTPAddress, m, helper, o.Profiling)
+		srv, err := serveHTTP(ctx, o.HTTPAddress, m, helper, newHealthChecker(o, helper), o.Profiling)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kubeletplugin.Helper, profiling bool) (*http.Server, error) {
+func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kubeletplugin.Helper, health http.Handler, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -146,7 +146,7 @@ func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kube
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("/metrics", m.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.Handle("/healthz", health)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := helper.RegistrationStatus()
 		if st == nil || !st.PluginRegistered {
