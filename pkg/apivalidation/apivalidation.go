@@ -361,3 +361,170 @@ func CIdentifier(id string) error {
 	}
 	return nil
 }
+
+// ResourceSlice checks a ResourceSlice's spec against the API server's rules for creating one:
+// the per-slice rules (driver, pool, node selection, device and counter-set counts, the 64-device
+// limit for slices whose devices have taints or consume counters, sharedCounters and devices
+// never in one slice, partitionTypeAttribute) and Device for each device. Object metadata is
+// not checked. The e2e test e2e/apivalidation compares its verdict with a real API server's.
+func ResourceSlice(spec *resourceapi.ResourceSliceSpec) error {
+	if err := DriverName(spec.Driver); err != nil {
+		return fmt.Errorf("driver: %w", err)
+	}
+	if spec.Pool.Name == "" {
+		return errors.New("pool.name: required")
+	}
+	if err := PoolName(spec.Pool.Name); err != nil {
+		return fmt.Errorf("pool.name: %w", err)
+	}
+	if spec.Pool.ResourceSliceCount <= 0 {
+		return errors.New("pool.resourceSliceCount: must be greater than zero")
+	}
+	if spec.Pool.Generation < 0 {
+		return errors.New("pool.generation: must not be negative")
+	}
+	if err := nodeSelection(spec); err != nil {
+		return err
+	}
+	// Empty lists and absent ones are the same on the wire (omitempty).
+	if len(spec.SharedCounters) > 0 && len(spec.Devices) > 0 {
+		return errors.New("only one of sharedCounters or devices is allowed in a slice")
+	}
+	maxDevices := resourceapi.ResourceSliceMaxDevices
+	advanced := false
+	for _, d := range spec.Devices {
+		if len(d.Taints) > 0 || len(d.ConsumesCounters) > 0 {
+			advanced = true
+		}
+	}
+	if advanced {
+		maxDevices = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+	}
+	if len(spec.Devices) > maxDevices {
+		return fmt.Errorf("%d devices, at most %d allowed (64 if a device has taints or consumes counters)", len(spec.Devices), maxDevices)
+	}
+	perDevice := spec.PerDeviceNodeSelection != nil && *spec.PerDeviceNodeSelection
+	names := make(map[string]bool, len(spec.Devices))
+	for i := range spec.Devices {
+		d := &spec.Devices[i]
+		if names[d.Name] {
+			return fmt.Errorf("devices[%d]: duplicate device name %q", i, d.Name)
+		}
+		names[d.Name] = true
+		if err := Device(d); err != nil {
+			return fmt.Errorf("devices[%d]: %w", i, err)
+		}
+		if err := deviceNodeSelection(d, perDevice); err != nil {
+			return fmt.Errorf("devices[%d]: %w", i, err)
+		}
+	}
+	if len(spec.SharedCounters) > resourceapi.ResourceSliceMaxCounterSets {
+		return fmt.Errorf("%d sharedCounters, at most %d allowed", len(spec.SharedCounters), resourceapi.ResourceSliceMaxCounterSets)
+	}
+	sets := map[string]bool{}
+	for i, cs := range spec.SharedCounters {
+		if err := CounterSet(cs); err != nil {
+			return fmt.Errorf("sharedCounters[%d]: %w", i, err)
+		}
+		if sets[cs.Name] {
+			return fmt.Errorf("sharedCounters[%d]: duplicate counter set %q", i, cs.Name)
+		}
+		sets[cs.Name] = true
+	}
+	if spec.PartitionTypeAttribute != nil {
+		if err := partitionTypeAttribute(spec); err != nil {
+			return fmt.Errorf("partitionTypeAttribute: %w", err)
+		}
+	}
+	if err := SkipNodeOperations(spec.SkipNodeOperations); err != nil {
+		return fmt.Errorf("skipNodeOperations: %w", err)
+	}
+	return nil
+}
+
+func nodeSelection(spec *resourceapi.ResourceSliceSpec) error {
+	set := 0
+	if spec.NodeName != nil {
+		if *spec.NodeName == "" {
+			return errors.New("nodeName: must be either unset or set to a non-empty string")
+		}
+		if msgs := validation.IsDNS1123Subdomain(*spec.NodeName); len(msgs) > 0 {
+			return fmt.Errorf("nodeName %q: %s", *spec.NodeName, strings.Join(msgs, "; "))
+		}
+		set++
+	}
+	if spec.NodeSelector != nil {
+		if len(spec.NodeSelector.NodeSelectorTerms) != 1 {
+			return errors.New("nodeSelector: must have exactly one node selector term")
+		}
+		set++
+	}
+	for _, b := range []*bool{spec.AllNodes, spec.PerDeviceNodeSelection} {
+		if b != nil {
+			if !*b {
+				return errors.New("allNodes and perDeviceNodeSelection must be either unset or true")
+			}
+			set++
+		}
+	}
+	if set != 1 {
+		return fmt.Errorf("exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required, %d are set", set)
+	}
+	return nil
+}
+
+func deviceNodeSelection(d *resourceapi.Device, perDevice bool) error {
+	set := 0
+	if d.NodeName != nil {
+		if *d.NodeName == "" {
+			return errors.New("nodeName: must not be empty")
+		}
+		set++
+	}
+	if d.NodeSelector != nil {
+		set++
+	}
+	if d.AllNodes != nil {
+		if !*d.AllNodes {
+			return errors.New("allNodes: must be either unset or true")
+		}
+		set++
+	}
+	switch {
+	case !perDevice && set > 0:
+		return errors.New("nodeName, nodeSelector and allNodes can only be set if the slice has perDeviceNodeSelection")
+	case perDevice && set != 1:
+		return errors.New("exactly one of nodeName, nodeSelector and allNodes is required with perDeviceNodeSelection")
+	}
+	return nil
+}
+
+func partitionTypeAttribute(spec *resourceapi.ResourceSliceSpec) error {
+	name := string(*spec.PartitionTypeAttribute)
+	consumes := false
+	for _, d := range spec.Devices {
+		if len(d.ConsumesCounters) > 0 {
+			consumes = true
+		}
+	}
+	if !consumes {
+		return errors.New("may only be set on a slice which declares devices that consume counters")
+	}
+	if err := FullyQualifiedName(name); err != nil {
+		return err
+	}
+	bare, _ := strings.CutPrefix(name, spec.Driver+"/")
+	for _, d := range spec.Devices {
+		if len(d.ConsumesCounters) == 0 {
+			continue
+		}
+		a, ok := d.Attributes[resourceapi.QualifiedName(name)]
+		if !ok {
+			a, ok = d.Attributes[resourceapi.QualifiedName(bare)]
+		}
+		if !ok || a.StringValue == nil {
+			return fmt.Errorf("device %q consumes counters but has no string attribute %q", d.Name, name)
+		}
+	}
+	return nil
+}

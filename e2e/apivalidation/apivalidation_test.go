@@ -1,0 +1,290 @@
+//go:build e2e
+
+// Package apivalidation checks pkg/apivalidation against a real API server: for a table of
+// ResourceSlices, valid ones and ones breaking each rule the package restates, its verdict must
+// be the verdict of kube-apiserver's own validation, asked by server-side dry-run create.
+//
+//	go test -tags e2e -run TestAgainstAPIServer ./e2e/apivalidation/
+package apivalidation
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/accel-dra/accel-dra/e2e/cluster"
+	"github.com/accel-dra/accel-dra/pkg/apivalidation"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/slices"
+)
+
+const driver = "gpu.accel-dra.io"
+
+type attrs = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+
+func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+func ver(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: &s} }
+
+func dev(name string, mut ...func(*resourceapi.Device)) resourceapi.Device {
+	d := resourceapi.Device{
+		Name:       name,
+		Attributes: attrs{"type": str("gpu"), "driverVersion": ver("570.124.6")},
+		Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}},
+	}
+	for _, m := range mut {
+		m(&d)
+	}
+	return d
+}
+
+func devs(n int, mut ...func(i int, d *resourceapi.Device)) []resourceapi.Device {
+	out := make([]resourceapi.Device, n)
+	for i := range out {
+		out[i] = dev(fmt.Sprintf("gpu-%d", i))
+		for _, m := range mut {
+			m(i, &out[i])
+		}
+	}
+	return out
+}
+
+func taint(i int, d *resourceapi.Device) {
+	if i == 0 {
+		d.Taints = []resourceapi.DeviceTaint{{Key: "example.com/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+}
+
+func consume(i int, d *resourceapi.Device) {
+	if i == 0 {
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-mem", Counters: counters(1)}}
+	}
+}
+
+func counters(n int) map[string]resourceapi.Counter {
+	m := map[string]resourceapi.Counter{}
+	for i := range n {
+		m[fmt.Sprintf("c%d", i)] = resourceapi.Counter{Value: resource.MustParse("1")}
+	}
+	return m
+}
+
+func counterSets(n int) []resourceapi.CounterSet {
+	out := make([]resourceapi.CounterSet, n)
+	for i := range out {
+		out[i] = resourceapi.CounterSet{Name: fmt.Sprintf("set-%d", i), Counters: counters(1)}
+	}
+	return out
+}
+
+func spec(mut ...func(*resourceapi.ResourceSliceSpec)) resourceapi.ResourceSliceSpec {
+	s := resourceapi.ResourceSliceSpec{
+		Driver:   driver,
+		Pool:     resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
+		NodeName: ptr.To("node-a"),
+		Devices:  []resourceapi.Device{dev("gpu-0")},
+	}
+	for _, m := range mut {
+		m(&s)
+	}
+	return s
+}
+
+func withDevices(d ...resourceapi.Device) func(*resourceapi.ResourceSliceSpec) {
+	return func(s *resourceapi.ResourceSliceSpec) { s.Devices = d }
+}
+
+func withAttr(name resourceapi.QualifiedName, a resourceapi.DeviceAttribute) func(*resourceapi.ResourceSliceSpec) {
+	return withDevices(dev("gpu-0", func(d *resourceapi.Device) { d.Attributes[name] = a }))
+}
+
+// published is what the node plugin publishes for a mock machine.
+func published(t *testing.T, profile string) resourceapi.ResourceSliceSpec {
+	t.Helper()
+	b, err := nvmlmock.New(profile, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	inv, err := b.Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := slices.Build(inv, "node-a")
+	return spec(withDevices(res.Resources.Pools["node-a"].Slices[0].Devices...))
+}
+
+func TestAgainstAPIServer(t *testing.T) {
+	c := cluster.StartForTest(t, cluster.Options{})
+	client := c.Client().ResourceV1().ResourceSlices()
+	ctx := context.Background()
+
+	cases := map[string]resourceapi.ResourceSliceSpec{
+		// Valid.
+		"published h100 slice":             published(t, "h100-8x-2numa"),
+		"published slice, version omitted": published(t, "broken-driver-version"),
+		"128 devices":                      spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(128) }),
+		"64 devices, one tainted":          spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(64, taint) }),
+		"64 devices, one consuming counters": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = devs(64, consume)
+		}),
+		"8 counter sets of 32 counters": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = nil
+			s.SharedCounters = counterSets(8)
+			s.SharedCounters[0].Counters = counters(32)
+		}),
+		"32 attributes and capacities": withDevicesN(func(d *resourceapi.Device) { fillAttrs(d, 30) }),
+		"64-character string":          spec(withAttr("productName", str(strings.Repeat("x", 64)))),
+		"pre-release version":          spec(withAttr("driverVersion", ver("24.1.0-rc2.1"))),
+		"build metadata version":       spec(withAttr("driverVersion", ver("25.0.0+1"))),
+		"qualified attribute":          spec(withAttr("gpu.accel-dra.io/model", str("h100"))),
+		"32-character identifier":      spec(withAttr(resourceapi.QualifiedName(strings.Repeat("a", 32)), str("x"))),
+		"all nodes": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.NodeName, s.AllNodes = nil, ptr.To(true)
+		}),
+		"per-device node selection": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.NodeName, s.PerDeviceNodeSelection = nil, ptr.To(true)
+			s.Devices[0].NodeName = ptr.To("node-a")
+		}),
+		"counters of a set in another slice": spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(2, consume) }),
+		"two counter consumptions": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices[0].ConsumesCounters = []resourceapi.DeviceCounterConsumption{
+				{CounterSet: "a", Counters: counters(32)}, {CounterSet: "b", Counters: counters(1)}}
+		}),
+		"partition type attribute": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = devs(2, consume)
+			s.Devices[0].Attributes["partitionType"] = str("full")
+			s.PartitionTypeAttribute = ptr.To(resourceapi.FullyQualifiedName(driver + "/partitionType"))
+		}),
+		"16 taints": spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices[0].Taints = taints(16) }),
+		"skip prepare and unprepare": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.SkipNodeOperations = []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationNodePrepareResources, resourceapi.SkipNodeOperationNodeUnprepareResources}
+		}),
+
+		// Invalid.
+		"129 devices":                              spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(129) }),
+		"65 devices, one tainted":                  spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, taint) }),
+		"65 devices, one consuming counters":       spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, consume) }),
+		"33 attributes and capacities":             withDevicesN(func(d *resourceapi.Device) { fillAttrs(d, 31) }),
+		"65-character string":                      spec(withAttr("productName", str(strings.Repeat("x", 65)))),
+		"version with leading zero":                spec(withAttr("driverVersion", ver("570.124.06"))),
+		"version with two parts":                   spec(withAttr("driverVersion", ver("9.0"))),
+		"ascend version as reported":               spec(withAttr("driverVersion", ver("24.1.rc2"))),
+		"four-part version":                        spec(withAttr("driverVersion", ver("25.0.0.1"))),
+		"two values in one attribute":              spec(withAttr("x", resourceapi.DeviceAttribute{StringValue: ptr.To("a"), IntValue: ptr.To[int64](1)})),
+		"no value in an attribute":                 spec(withAttr("x", resourceapi.DeviceAttribute{})),
+		"33-character identifier":                  spec(withAttr(resourceapi.QualifiedName(strings.Repeat("a", 33)), str("x"))),
+		"bad attribute domain":                     spec(withAttr("Bad_Domain/x", str("x"))),
+		"identifier starting with a digit":         spec(withAttr("9lives", str("x"))),
+		"bad device name":                          spec(withDevices(dev("GPU_0"))),
+		"duplicate device names":                   spec(withDevices(dev("gpu-0"), dev("gpu-0"))),
+		"shared counters and devices in one slice": spec(func(s *resourceapi.ResourceSliceSpec) { s.SharedCounters = counterSets(1) }),
+		"9 counter sets": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = nil
+			s.SharedCounters = counterSets(9)
+		}),
+		"33 counters in a set": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = nil
+			s.SharedCounters = counterSets(1)
+			s.SharedCounters[0].Counters = counters(33)
+		}),
+		"duplicate counter sets": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = nil
+			s.SharedCounters = append(counterSets(1), counterSets(1)...)
+		}),
+		"empty counter set": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = nil
+			s.SharedCounters = []resourceapi.CounterSet{{Name: "set-0"}}
+		}),
+		"three counter consumptions": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices[0].ConsumesCounters = []resourceapi.DeviceCounterConsumption{
+				{CounterSet: "a", Counters: counters(1)}, {CounterSet: "b", Counters: counters(1)}, {CounterSet: "c", Counters: counters(1)}}
+		}),
+		"33 counters consumed from a set": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices[0].ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "a", Counters: counters(33)}}
+		}),
+		"17 taints": spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices[0].Taints = taints(17) }),
+		"bad taint effect": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: "k", Effect: "Sometimes"}}
+		}),
+		"no node selection": spec(func(s *resourceapi.ResourceSliceSpec) { s.NodeName = nil }),
+		"node name and all nodes": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.AllNodes = ptr.To(true)
+		}),
+		"node selector with two terms": spec(func(s *resourceapi.ResourceSliceSpec) {
+			term := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "k", Operator: corev1.NodeSelectorOpExists}}}
+			s.NodeName, s.NodeSelector = nil, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{term, term}}
+		}),
+		"device node name without per-device selection": spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices[0].NodeName = ptr.To("node-a") }),
+		"per-device selection without device node": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.NodeName, s.PerDeviceNodeSelection = nil, ptr.To(true)
+		}),
+		"zero slice count":    spec(func(s *resourceapi.ResourceSliceSpec) { s.Pool.ResourceSliceCount = 0 }),
+		"negative generation": spec(func(s *resourceapi.ResourceSliceSpec) { s.Pool.Generation = -1 }),
+		"bad driver name":     spec(func(s *resourceapi.ResourceSliceSpec) { s.Driver = "Bad_Driver" }),
+		"bad pool name":       spec(func(s *resourceapi.ResourceSliceSpec) { s.Pool.Name = "Node_A" }),
+		"partition type attribute without consumers": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.PartitionTypeAttribute = ptr.To(resourceapi.FullyQualifiedName(driver + "/partitionType"))
+		}),
+		"partition type attribute missing on a consumer": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices = devs(2, consume)
+			s.PartitionTypeAttribute = ptr.To(resourceapi.FullyQualifiedName(driver + "/partitionType"))
+		}),
+		"skip prepare only": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.SkipNodeOperations = []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationNodePrepareResources}
+		}),
+		"request policy without multiple allocations": spec(func(s *resourceapi.ResourceSliceSpec) {
+			c := s.Devices[0].Capacity["memory"]
+			c.RequestPolicy = &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("1Gi"))}
+			s.Devices[0].Capacity["memory"] = c
+		}),
+	}
+
+	n := 0
+	for name, sp := range cases {
+		t.Run(name, func(t *testing.T) {
+			n++
+			local := apivalidation.ResourceSlice(&sp)
+			slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("case-%d", n)}, Spec: sp}
+			_, err := client.Create(ctx, slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil && !apierrors.IsInvalid(err) {
+				t.Fatalf("dry-run create failed for a reason other than validation: %v", err)
+			}
+			switch {
+			case err == nil && local != nil:
+				t.Errorf("API server accepts the slice, pkg/apivalidation rejects it: %v", local)
+			case err != nil && local == nil:
+				t.Errorf("API server rejects the slice, pkg/apivalidation accepts it: %v", err)
+			case err != nil:
+				t.Logf("both reject; server: %v; local: %v", err, local)
+			}
+		})
+	}
+}
+
+func withDevicesN(mut func(*resourceapi.Device)) resourceapi.ResourceSliceSpec {
+	return spec(withDevices(dev("gpu-0", mut)))
+}
+
+// fillAttrs adds n string attributes to a device that has two attributes and one capacity.
+func fillAttrs(d *resourceapi.Device, n int) {
+	for i := range n {
+		d.Attributes[resourceapi.QualifiedName(fmt.Sprintf("a%d", i))] = str("x")
+	}
+}
+
+func taints(n int) []resourceapi.DeviceTaint {
+	out := make([]resourceapi.DeviceTaint, n)
+	for i := range out {
+		out[i] = resourceapi.DeviceTaint{Key: fmt.Sprintf("example.com/t%d", i), Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	}
+	return out
+}
