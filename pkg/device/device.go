@@ -69,8 +69,8 @@ type Device struct {
 // left out of the inventory's Devices, so one bad device does not take the node's other devices
 // down; it is reported so that an operator learns why the node has fewer devices than expected.
 type Failed struct {
-	// Index is the position in the vendor library's enumeration (NVML index), or -1 when the
-	// device was found another way (sysfs).
+	// Index is what the device's Index would have been (the NVML index; for NPUs its number);
+	// -1 if unknown.
 	Index int `json:"index"`
 	// Name is the name the device would have had, empty if the failure came before its number
 	// was known.
