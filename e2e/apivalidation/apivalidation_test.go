@@ -177,7 +177,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		"129 devices":                              spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(129) }),
 		"65 devices, one tainted":                  spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, taint) }),
 		"65 devices, one consuming counters":       spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, consume) }),
-		"33 attributes and capacities":             withDevicesN(func(d *resourceapi.Device) { fillAttrs(d, 31) }),
+		"33 attributes and capacities":             withDevicesN(func(d *resourceapi.Device) { fillAttrs(d, 30) }),
 		"65-character string":                      spec(withAttr("productName", str(strings.Repeat("x", 65)))),
 		"version with leading zero":                spec(withAttr("driverVersion", ver("570.124.06"))),
 		"version with two parts":                   spec(withAttr("driverVersion", ver("9.0"))),
