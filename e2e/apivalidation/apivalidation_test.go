@@ -126,7 +126,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	// Two fields whose rules pkg/apivalidation restates are behind alpha gates in 1.37; without
 	// them the API server drops the fields before validating, and the cases would prove nothing.
 	c := cluster.StartForTest(t, cluster.Options{APIServerFlags: []string{
-		"--feature-gates=DRAOptionalNodeOperations=true,DRAPartitionableDevicesType=true",
+		"--feature-gates=DRAOptionalNodeOperations=true,DRAPartitionableDevicesType=true,DRAResourcePoolStatus=true",
 	}})
 	client := c.Client().ResourceV1().ResourceSlices()
 	ctx := context.Background()
