@@ -48,7 +48,7 @@ func enumerate(t *testing.T, profile, node string, opts ...Option) *device.Inven
 
 func TestProfiles(t *testing.T) {
 	got := Profiles()
-	want := []string{"a100-8x", "broken-driver-version", "h100-8x-2numa", "mixed-small"}
+	want := []string{"a100-8x", "broken-driver-version", "gh200-1x", "h100-8x-2numa", "mixed-small"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Profiles() mismatch (-want +got):\n%s", diff)
 	}
