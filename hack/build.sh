@@ -64,7 +64,7 @@ for platform in $PLATFORMS; do
       fi
       env+=(CC="$cc")
     fi
-    echo "go build $b ($platform, CGO_ENABLED=$cgo${cc:+, CC=$cc})"
+    echo "go build $b ($platform, ${env[*]})"
     env "${env[@]}" "$GO" build "${FLAGS[@]}" -o "$out/$b" "./cmd/$b"
     if [ "$os/$arch" = "$host_os/$host_arch" ]; then
       cp -f "$out/$b" "$BIN/$b"
