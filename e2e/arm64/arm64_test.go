@@ -161,9 +161,12 @@ func TestArm64PluginPublishes(t *testing.T) {
 		t.Errorf("memory capacity %+v, want 97871Mi", d.Capacity["memory"])
 	}
 
-	// The emulated plugin serves its endpoints too.
-	if err := getOK(ctx, "http://"+httpAddr+"/readyz"); err != nil {
-		t.Errorf("/readyz: %v\n%s", err, proc.LogTail(40))
+	// The emulated plugin serves its endpoints too (/healthz: /readyz waits for a kubelet's
+	// registration, and no kubelet runs here).
+	for _, path := range []string{"/healthz", "/metrics"} {
+		if err := getOK(ctx, "http://"+httpAddr+path); err != nil {
+			t.Errorf("%s: %v\n%s", path, err, proc.LogTail(40))
+		}
 	}
 	if proc.Exited() {
 		t.Fatalf("the arm64 plugin exited: %v\n%s", proc.ExitError(), proc.LogTail(40))
