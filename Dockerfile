@@ -1,39 +1,55 @@
 # syntax=docker/dockerfile:1
 #
-# accel-dra's images, from one build stage:
+# accel-dra's images, from one build stage, for linux/amd64 and linux/arm64:
 #
-#   docker build --target plugin    -t accel-dra-kubelet-plugin:dev .
-#   docker build --target publisher -t accel-dra-template-publisher:dev .
+#   docker buildx build --platform linux/amd64,linux/arm64 --target plugin    -t REGISTRY/accel-dra-kubelet-plugin:TAG --push .
+#   docker buildx build --platform linux/amd64,linux/arm64 --target publisher -t REGISTRY/accel-dra-template-publisher:TAG --push .
 #
-# `docker build .` (make image) builds the last stage, the plugin image. The Helm chart's
-# plugin.image and publisher.image default to these repository names.
+# (`make image` runs these; `docker build --target plugin .` builds the engine's own platform.)
+# `docker build .` builds the last stage, the plugin image. The Helm chart's plugin.image and
+# publisher.image default to these repository names.
 #
-# The binaries are built exactly as `make build` builds them: the same loop, flags and cgo
-# settings (see the Makefile's build target). CI has no Docker engine, so it runs `make build`
-# and never this file; keep the two in step.
+# The build stage runs on the build machine's platform (BUILDPLATFORM) and cross compiles for
+# TARGETARCH: Go does that alone for the static binaries, and the cgo plugin uses Debian's C
+# cross compiler for the target, so nothing runs under emulation. The binaries are built by
+# hack/build.sh, the script `make build` runs: the same flags and cgo settings. CI has no Docker
+# engine, so it runs `make build` and never this file.
 
 # The builder's Debian release must be the runtime's (distroless base-debian12 is Debian 12,
-# glibc 2.36): a cgo binary built against a newer glibc than the runtime has fails to start.
+# glibc 2.36, as is bookworm's libc6-dev-arm64-cross): a cgo binary built against a newer glibc
+# than the runtime has fails to start.
 ARG GO_IMAGE=golang:1.26-bookworm
 
-FROM ${GO_IMAGE} AS build
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
+ARG TARGETOS=linux
+ARG TARGETARCH
 WORKDIR /src
 # The toolchain in the image, never a download; no VCS stamping (.git is not in the context).
 ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+# The plugin's cgo needs a C compiler and C library for the target; for a foreign target that is
+# Debian's cross toolchain (hack/build.sh's CC_<arch> defaults name its compilers).
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked --mount=type=cache,target=/var/lib/apt,sharing=locked \
+    set -eu; \
+    target=${TARGETARCH:-$(go env GOARCH)}; \
+    if [ "$target" != "$(go env GOARCH)" ]; then \
+      case "$target" in \
+        arm64) pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross";; \
+        amd64) pkgs="gcc-x86-64-linux-gnu libc6-dev-amd64-cross";; \
+        *) echo "unsupported TARGETARCH $target (linux/amd64 and linux/arm64 are built)" >&2; exit 1;; \
+      esac; \
+      apt-get update -q && apt-get install -y -q --no-install-recommends $pkgs; \
+    fi
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# The kubelet plugin needs cgo: go-nvml's types are cgo and it dlopens libnvidia-ml.so.1 at run
-# time. The publisher and accelctl are static. A binary whose cmd/ directory does not exist yet
-# is skipped, as `make build` skips it.
+# The plugin goes to /out/cgo (a glibc base), the publisher and accelctl to /out/static.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     set -eu; \
+    target=${TARGETARCH:-$(go env GOARCH)}; \
+    PLATFORMS="$TARGETOS/$target" BIN=/out/bin hack/build.sh; \
     mkdir -p /out/cgo /out/static; \
-    for b in accel-dra-kubelet-plugin accel-dra-template-publisher accelctl; do \
-      if [ ! -d "cmd/$b" ]; then echo "skipping $b: no cmd/$b"; continue; fi; \
-      case "$b" in accel-dra-kubelet-plugin) cgo=1; out=/out/cgo;; *) cgo=0; out=/out/static;; esac; \
-      echo "go build $b (CGO_ENABLED=$cgo)"; \
-      CGO_ENABLED=$cgo go build -trimpath -ldflags "-s -w" -o "$out/$b" "./cmd/$b"; \
+    for f in /out/bin/"${TARGETOS}_$target"/*; do \
+      case "$(basename "$f")" in accel-dra-kubelet-plugin) mv "$f" /out/cgo/;; *) mv "$f" /out/static/;; esac; \
     done; \
     test -x /out/cgo/accel-dra-kubelet-plugin
 

@@ -300,6 +300,9 @@ func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, 
 		}
 	}
 	in := SimulateInput{Claims: claims}
+	if len(objs.Pods) == 1 {
+		in.Pod = objs.Pods[0]
+	}
 	if annotationsFile != "" {
 		if in.Annotations, err = readAnnotations(annotationsFile); err != nil {
 			return err

@@ -51,6 +51,9 @@ type SimulateInput struct {
 	Classes []*resourceapi.DeviceClass
 	// Claims must all be allocated on the one new node (as for one pod).
 	Claims []*resourceapi.ResourceClaim
+	// Pod, when set, must also be allowed on the node: its node selector, required node affinity
+	// and tolerations (nodefit.go).
+	Pod *corev1.Pod
 }
 
 // Report is the outcome of Simulate.
@@ -130,6 +133,13 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 			in.Annotations[nodegroup.DRADriverKey], in.Annotations[nodegroup.GPUCountKey]) + describe(builtin)
 		if err := allocate(ctx, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
 			return nil, err
+		}
+	}
+	if reason := podNodeMismatch(in.Pod, node); reason != "" {
+		for _, v := range []*Verdict{&rep.Template, &rep.Builtin} {
+			if v.Available {
+				v.Fits, v.Allocations, v.Reason = false, nil, reason
+			}
 		}
 	}
 	return rep, nil

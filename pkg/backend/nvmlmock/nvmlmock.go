@@ -79,6 +79,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 		s.addSysfs(g)
 	}
 	s.setInterfaceFuncs()
+	s.addCoherentMemory(profileName)
 	return s, nil
 }
 

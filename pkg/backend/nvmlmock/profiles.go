@@ -85,6 +85,7 @@ const (
 )
 
 var profiles = map[string]profile{
+	"gh200-1x": gh200x1, // arm64 Grace Hopper, gh200.go
 	// DGX A100: two AMD EPYC 7742 in NPS1 mode (one NUMA node per socket), each with four PCIe
 	// root complexes of which two carry a PCIe switch with a pair of GPUs. The bus IDs are those
 	// of a real DGX A100.

@@ -122,7 +122,8 @@ func TestTemplateNodeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantLabels := map[string]string{"kubernetes.io/hostname": "template-node", "zone": "a", "gpu": "h100"}
+	// No kubernetes.io/arch on the nodes: the template node gets the autoscaler's defaults.
+	wantLabels := map[string]string{"kubernetes.io/hostname": "template-node", "zone": "a", "gpu": "h100", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}
 	if diff := cmp.Diff(wantLabels, got.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}

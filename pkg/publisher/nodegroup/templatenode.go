@@ -11,14 +11,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// DefaultArch and DefaultOS are the kubernetes.io/arch and kubernetes.io/os the autoscaler's
+// clusterapi provider gives a template node whose labels do not say (its
+// CAPI_SCALE_ZERO_DEFAULT_ARCH, when unset, and linux). An arm64 group must therefore carry
+// kubernetes.io/arch in LabelsKey, or pods that select arm64 never scale it up; Capacity carries
+// the label from the group's nodes, where the kubelet sets it.
+const (
+	DefaultArch = "amd64"
+	DefaultOS   = "linux"
+)
+
 // TemplateNode returns a fresh Node named name with what the capacity keys of a group say: the
-// labels of LabelsKey plus kubernetes.io/hostname, the taints of TaintsKey, and cpu, memory,
-// ephemeral-storage and pods as both capacity and allocatable (as the autoscaler's clusterapi
-// provider builds its template node). It is Ready.
+// labels of LabelsKey plus kubernetes.io/hostname (and kubernetes.io/arch and kubernetes.io/os
+// as DefaultArch and DefaultOS when LabelsKey lacks them), the taints of TaintsKey, and cpu,
+// memory, ephemeral-storage and pods as both capacity and allocatable (as the autoscaler's
+// clusterapi provider builds its template node). It is Ready.
 func TemplateNode(name string, annotations map[string]string) (*corev1.Node, error) {
 	labels, err := ParseLabels(annotations[LabelsKey])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", LabelsKey, err)
+	}
+	if _, ok := labels[corev1.LabelArchStable]; !ok {
+		labels[corev1.LabelArchStable] = DefaultArch
+	}
+	if _, ok := labels[corev1.LabelOSStable]; !ok {
+		labels[corev1.LabelOSStable] = DefaultOS
 	}
 	taints, err := ParseTaints(annotations[TaintsKey])
 	if err != nil {

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds accel-dra's binaries for every platform in PLATFORMS. `make build` and the Dockerfile
+# both run this script, so the binaries in an image are built exactly as CI builds them.
+#
+#   PLATFORMS  space-separated os/arch list (default "linux/amd64 linux/arm64")
+#   BIN        output directory (default ./bin): BIN/<os>_<arch>/<binary> for every platform,
+#              and BIN/<binary> as well for the host's platform, which is what the e2e tests,
+#              the demo and the benchmarks run (ACCEL_DRA_BIN_DIR=BIN)
+#   GO         the go command (default go)
+#   CC_<arch>  the C cross compiler for a foreign arch (default CC_arm64=aarch64-linux-gnu-gcc,
+#              CC_amd64=x86_64-linux-gnu-gcc, Debian's gcc-aarch64-linux-gnu and
+#              gcc-x86-64-linux-gnu packages)
+#
+# The kubelet plugin needs cgo (go-nvml's types are cgo and it dlopens libnvidia-ml.so.1 at run
+# time), so building it for a foreign architecture needs that architecture's C compiler and C
+# library; the publisher and accelctl are static and cross compile with Go alone. Without that
+# compiler the plugin is skipped for that platform with a message, except in CI (CI=true), where
+# it is an error. A binary whose cmd/ directory does not exist is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+BIN=${BIN:-$PWD/bin}
+PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
+BINARIES=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl)
+CGO_BINARIES=" accel-dra-kubelet-plugin "
+# -trimpath: no build machine paths in the binaries; -s -w: no symbol tables or DWARF.
+FLAGS=(-trimpath -ldflags "-s -w")
+: "${CC_arm64:=aarch64-linux-gnu-gcc}"
+: "${CC_amd64:=x86_64-linux-gnu-gcc}"
+
+host_os=$("$GO" env GOHOSTOS)
+host_arch=$("$GO" env GOHOSTARCH)
+
+for platform in $PLATFORMS; do
+  os=${platform%/*} arch=${platform#*/}
+  if [ -z "$os" ] || [ -z "$arch" ] || [ "$os/$arch" != "$platform" ]; then
+    echo "hack/build.sh: bad platform \"$platform\" in PLATFORMS (want os/arch, e.g. linux/arm64)" >&2
+    exit 2
+  fi
+  out=$BIN/${os}_${arch}
+  mkdir -p "$out"
+  cc=""
+  if [ "$os/$arch" != "$host_os/$host_arch" ]; then
+    var=CC_$arch
+    cc=${!var:-}
+  fi
+  for b in "${BINARIES[@]}"; do
+    [ -d "cmd/$b" ] || continue
+    cgo=0
+    case "$CGO_BINARIES" in *" $b "*) cgo=1 ;; esac
+    env=(CGO_ENABLED=$cgo GOOS=$os GOARCH=$arch)
+    if [ "$cgo" = 1 ] && [ -n "$cc" ]; then
+      if ! command -v "$cc" >/dev/null; then
+        pkg=gcc-$(echo "${cc%-gcc}" | tr _ -)
+        if [ "${CI:-}" = true ]; then
+          echo "hack/build.sh: $b for $platform needs cgo and the C cross compiler $cc, which is not installed (Debian: $pkg)" >&2
+          exit 1
+        fi
+        # A developer without the cross compiler still gets every other binary, and this
+        # machine's plugin for the demo and the e2e tests; CI (CI=true) fails instead.
+        echo "hack/build.sh: SKIPPING $b for $platform: the C cross compiler $cc is not installed (Debian: apt-get install $pkg; or set CC_$arch)" >&2
+        continue
+      fi
+      env+=(CC="$cc")
+    fi
+    echo "go build $b ($platform, ${env[*]})"
+    env "${env[@]}" "$GO" build "${FLAGS[@]}" -o "$out/$b" "./cmd/$b"
+    if [ "$os/$arch" = "$host_os/$host_arch" ]; then
+      cp -f "$out/$b" "$BIN/$b"
+    fi
+  done
+done
