@@ -104,8 +104,10 @@ func CommonEdits(ctx context.Context, c Config) (*specs.ContainerEdits, error) {
 // normal on a compute node, so its warnings are logged at V(2).
 type logger struct{ l logr.Logger }
 
-func (g logger) Debugf(f string, a ...any)   { g.l.V(4).Info(fmt.Sprintf(f, a...)) }
-func (g logger) Tracef(f string, a ...any)   { g.l.V(6).Info(fmt.Sprintf(f, a...)) }
-func (g logger) Infof(f string, a ...any)    { g.l.V(2).Info(fmt.Sprintf(f, a...)) }
-func (g logger) Warningf(f string, a ...any) { g.l.V(2).Info(fmt.Sprintf(f, a...), "severity", "warning") }
-func (g logger) Errorf(f string, a ...any)   { g.l.Error(nil, fmt.Sprintf(f, a...)) }
+func (g logger) Debugf(f string, a ...any) { g.l.V(4).Info(fmt.Sprintf(f, a...)) }
+func (g logger) Tracef(f string, a ...any) { g.l.V(6).Info(fmt.Sprintf(f, a...)) }
+func (g logger) Infof(f string, a ...any)  { g.l.V(2).Info(fmt.Sprintf(f, a...)) }
+func (g logger) Warningf(f string, a ...any) {
+	g.l.V(2).Info(fmt.Sprintf(f, a...), "severity", "warning")
+}
+func (g logger) Errorf(f string, a ...any) { g.l.Error(nil, fmt.Sprintf(f, a...)) }
