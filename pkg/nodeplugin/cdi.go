@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
@@ -38,6 +39,10 @@ func commonEdits(ctx context.Context, o *Options, be device.Backend, kind device
 				return nil, err
 			}
 		}
+		if cfg.DriverRoot == "" {
+			klog.FromContext(ctx).Info("No --nvidia-driver-root: GPU containers get device nodes only and must get the driver another way")
+			return nil, nil
+		}
 		return nvidiacdi.CommonEdits(ctx, cfg)
 	case device.KindNPU:
 		cfg := ascendcdi.Config{DriverRoot: o.AscendDriverRoot, HostDriverRoot: o.AscendHostDriverRoot, ExtraPaths: o.AscendDriverPaths}
@@ -51,6 +56,10 @@ func commonEdits(ctx context.Context, o *Options, be device.Backend, kind device
 				return nil, err
 			}
 			cfg.DriverRoot, cfg.HostDriverRoot = root, ""
+		}
+		if cfg.DriverRoot == "" {
+			klog.FromContext(ctx).Info("No --ascend-driver-root: NPU containers get device nodes only and must get the driver another way")
+			return nil, nil
 		}
 		return ascendcdi.CommonEdits(ctx, cfg)
 	default:

@@ -48,6 +48,13 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			}
 		})
 	}
+	t.Run("no driver root", func(t *testing.T) {
+		o := NewOptions()
+		o.Backend, o.NVIDIADriverRoot, o.AscendDriverRoot = backend.NPU, "", ""
+		if e, err := commonEdits(context.Background(), o, nil, "npu"); e != nil || err != nil {
+			t.Errorf("got %v, %v; want no edits and no error", e, err)
+		}
+	})
 	t.Run("unknown kind", func(t *testing.T) {
 		o := NewOptions()
 		if _, err := commonEdits(context.Background(), o, nil, "tpu"); err == nil {
