@@ -291,6 +291,19 @@ func checkPluginDaemonSet(t *testing.T, r *Rendered, ds *appsv1.DaemonSet, drive
 			t.Errorf("%s: --%s=%s is host path %s; the plugin must see host paths at their own path", ds.Name, flagName, p, hp)
 		}
 	}
+	// The driver roots: the plugin sees, at the flagged path, the host tree it names as the
+	// host's in CDI specs; the mocks bring their own.
+	for _, root := range []struct{ flag, seen, host, backend string }{
+		{"nvidia-driver-root", o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot, "nvml"},
+		{"ascend-driver-root", o.AscendDriverRoot, o.AscendHostDriverRoot, "npu"},
+	} {
+		if root.backend != backend || root.seen == "" {
+			continue
+		}
+		if hp, ok := hostPathOf(root.seen); !ok || hp != root.host {
+			t.Errorf("%s: --%s=%s is host path %q, but the specs would name host path %q", ds.Name, root.flag, root.seen, hp, root.host)
+		}
+	}
 	if hp, ok := hostPathOf(o.DevRoot); !ok || hp != "/dev" {
 		t.Errorf("%s: --dev-root=%s is host path %q, want /dev", ds.Name, o.DevRoot, hp)
 	}
@@ -520,12 +533,14 @@ func TestMockSelectsEveryNode(t *testing.T) {
 // TestSchemaRefuses checks that values.schema.json catches mistakes before anything renders.
 func TestSchemaRefuses(t *testing.T) {
 	for name, vals := range map[string]map[string]any{
-		"unknown key":         {"mok": map[string]any{"enabled": true}},
-		"unknown driver key":  {"drivers": map[string]any{"gpu": map[string]any{"backnd": "mock"}}},
-		"gpu backend for npu": {"drivers": map[string]any{"npu": map[string]any{"backend": "mock"}}},
-		"relative cdi dir":    {"plugin": map[string]any{"cdiDir": "var/run/cdi"}},
-		"bad log format":      {"plugin": map[string]any{"logFormat": "xml"}},
-		"bad extended name":   {"drivers": map[string]any{"gpu": map[string]any{"deviceClass": map[string]any{"extendedResourceName": "gpu"}}}},
+		"unknown key":          {"mok": map[string]any{"enabled": true}},
+		"unknown driver key":   {"drivers": map[string]any{"gpu": map[string]any{"backnd": "mock"}}},
+		"relative Ascend path": {"drivers": map[string]any{"npu": map[string]any{"ascendExtraDriverPaths": []any{"etc/hccn.conf"}}}},
+		"relative hook path":   {"drivers": map[string]any{"gpu": map[string]any{"nvidiaCDIHookPath": "nvidia-cdi-hook"}}},
+		"gpu backend for npu":  {"drivers": map[string]any{"npu": map[string]any{"backend": "mock"}}},
+		"relative cdi dir":     {"plugin": map[string]any{"cdiDir": "var/run/cdi"}},
+		"bad log format":       {"plugin": map[string]any{"logFormat": "xml"}},
+		"bad extended name":    {"drivers": map[string]any{"gpu": map[string]any{"deviceClass": map[string]any{"extendedResourceName": "gpu"}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Render(Options{Values: vals}); err == nil {
@@ -570,6 +585,53 @@ func TestPluginArgsOverrides(t *testing.T) {
 	}
 	if _, err := PluginArgs(nil, "npu.accel-dra.io", nil); err == nil || !strings.Contains(err.Error(), "gpu.accel-dra.io") {
 		t.Errorf("PluginArgs for a disabled driver: %v, want an error naming the enabled ones", err)
+	}
+}
+
+// TestDriverRootValues: the driver-root values become the plugin's flags, and an empty root
+// turns the driver's files off instead of leaving the plugin to search its own image.
+func TestDriverRootValues(t *testing.T) {
+	tests := map[string]struct {
+		values          map[string]any
+		driver          string
+		wantNVIDIA      [3]string // driver root, host driver root, hook path
+		wantAscend      [2]string
+		wantAscendExtra []string
+	}{
+		"gpu defaults": {driver: "gpu.accel-dra.io",
+			wantNVIDIA: [3]string{"/driver-root", "/", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
+		"gpu operator": {driver: "gpu.accel-dra.io",
+			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver", "nvidiaCDIHookPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}}},
+			wantNVIDIA: [3]string{"/driver-root", "/run/nvidia/driver", "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
+		"gpu without driver root": {driver: "gpu.accel-dra.io",
+			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": ""}}},
+			wantNVIDIA: [3]string{"", "", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
+		"npu with extra paths": {driver: "npu.accel-dra.io",
+			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"enabled": false},
+				"npu": map[string]any{"enabled": true, "ascendDriverRoot": "/opt/host", "ascendExtraDriverPaths": []any{"/etc/hccn.conf", "/usr/local/Ascend/driver/tools"}}}},
+			wantNVIDIA: [3]string{"/", "", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/ascend-driver-root", "/opt/host"},
+			wantAscendExtra: []string{"/etc/hccn.conf", "/usr/local/Ascend/driver/tools"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args, err := PluginArgs(tc.values, tc.driver, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := nodeplugin.NewOptions()
+			if err := o.NewFlagSet().Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			if got := [3]string{o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot, o.NVIDIACDIHookPath}; got != tc.wantNVIDIA {
+				t.Errorf("NVIDIA driver root, host root, hook %q, want %q (args %q)", got, tc.wantNVIDIA, args)
+			}
+			if got := [2]string{o.AscendDriverRoot, o.AscendHostDriverRoot}; got != tc.wantAscend {
+				t.Errorf("Ascend driver root, host root %q, want %q (args %q)", got, tc.wantAscend, args)
+			}
+			if diff := cmp.Diff(tc.wantAscendExtra, o.AscendDriverPaths); diff != "" {
+				t.Errorf("Ascend extra paths (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -52,6 +52,9 @@ type ContainerRecord struct {
 	Env []string
 	// Mounts are the resulting OCI mounts (container mounts plus CDI edits).
 	Mounts []oci.Mount
+	// Hooks are the resulting OCI hooks by stage ("createContainer", "prestart", ...), in the
+	// order a runtime would run them. The fake runtime runs none of them.
+	Hooks map[string][]oci.Hook
 	// Spec is the complete OCI spec after CDI injection.
 	Spec *oci.Spec
 	// Created is when the runtime handled the request.
@@ -273,6 +276,7 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		Spec:          spec,
 		Created:       time.Now(),
 	}
+	rec.Hooks = hooksByStage(spec.Hooks)
 	if spec.Linux != nil {
 		for _, d := range spec.Linux.Devices {
 			rec.Devices = append(rec.Devices, DeviceNode{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor})
@@ -283,6 +287,24 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	r.s.notify()
 	r.s.mu.Unlock()
 	return resp, nil
+}
+
+// hooksByStage names the stages as CDI specs do (hookName).
+func hooksByStage(h *oci.Hooks) map[string][]oci.Hook {
+	if h == nil {
+		return nil
+	}
+	out := map[string][]oci.Hook{}
+	//nolint:staticcheck // Prestart is deprecated in the OCI spec but still applied by runtimes.
+	for stage, hooks := range map[string][]oci.Hook{
+		"prestart": h.Prestart, "createRuntime": h.CreateRuntime, "createContainer": h.CreateContainer,
+		"startContainer": h.StartContainer, "poststart": h.Poststart, "poststop": h.Poststop,
+	} {
+		if len(hooks) > 0 {
+			out[stage] = hooks
+		}
+	}
+	return out
 }
 
 // cdiDeviceIDs collects the CDI devices a runtime would inject: the CRI field the kubelet fills

@@ -31,6 +31,14 @@ devices:
       minor: 1
 containerEdits:
   env: ["VENDOR=example"]
+  mounts:
+  - hostPath: /opt/driver/lib/libexample.so.1
+    containerPath: /usr/lib/libexample.so.1
+    options: [ro, rbind]
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/example-hook
+    args: [example-hook, update-ldcache, --folder, /usr/lib]
 `
 
 func TestCreateContainerResolvesCDI(t *testing.T) {
@@ -107,6 +115,12 @@ func TestCreateContainerResolvesCDI(t *testing.T) {
 		if !strings.Contains(strings.Join(rec.Env, " "), env) {
 			t.Errorf("env %v lacks %s", rec.Env, env)
 		}
+	}
+	if len(rec.Mounts) != 1 || rec.Mounts[0].Destination != "/usr/lib/libexample.so.1" || rec.Mounts[0].Source != "/opt/driver/lib/libexample.so.1" {
+		t.Errorf("mounts = %+v, want the spec's library", rec.Mounts)
+	}
+	if h := rec.Hooks["createContainer"]; len(h) != 1 || h[0].Path != "/usr/bin/example-hook" || strings.Join(h[0].Args, " ") != "example-hook update-ldcache --folder /usr/lib" || len(rec.Hooks) != 1 {
+		t.Errorf("hooks = %+v, want the spec's createContainer hook", rec.Hooks)
 	}
 	if rec.PodUID != "uid-1" || len(rec.CDIDevices) != 2 {
 		t.Errorf("record = %+v", rec)

@@ -3,6 +3,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -57,6 +58,9 @@ type Options struct {
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
 	MockDir string
+	// AscendDriverRoot is where the npu backend finds the Ascend driver's version.info, under
+	// npu.DefaultDriverVersionFile; empty means "/".
+	AscendDriverRoot string
 }
 
 // Names returns the backend names, sorted.
@@ -109,7 +113,7 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 	case Mock:
 		return nvmlmock.New(o.MockProfile, o.NodeName)
 	case NPU:
-		b, err := npu.New(npu.Config{SysRoot: o.SysRoot, DevRoot: o.DevRoot, NodeName: o.NodeName})
+		b, err := npu.New(npu.Config{SysRoot: o.SysRoot, DevRoot: o.DevRoot, NodeName: o.NodeName, DriverVersionFile: filepath.Join(cmp.Or(o.AscendDriverRoot, "/"), npu.DefaultDriverVersionFile)})
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,13 @@
 // listing every device: a spec's lifetime is then exactly the claim's (write on prepare, remove
 // on unprepare), a runtime never resolves an ID against a spec that belongs to another claim,
 // and the claim's configuration (environment) can live in the spec.
+//
+// Inside a spec, isolation between the requests of one claim comes from the CDI devices: one per
+// allocated device with its nodes, and (for NPUs) one per request with that request's
+// environment. The kubelet passes a container only the IDs of the devices of the requests it
+// uses (ResultIDs), so it sees only those nodes and that environment. The spec-wide edits carry
+// what is the same for every request: control nodes, the driver's node-common edits (libraries,
+// binaries, hooks; see pkg/cdi/nvidia and pkg/cdi/ascend) and the claim's configuration.
 package cdi
 
 import (
@@ -13,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,74 +74,145 @@ func New(root string, kind device.Kind) *Writer {
 func Kind(kind device.Kind) string { return Vendor + "/" + string(kind) }
 
 // DeviceID is the fully qualified CDI device ID of a device allocated to a claim,
-// "accel-dra.io/gpu=<claimUID>-gpu-0". The claim UID makes it unique across claims, so a
-// runtime that caches specs can never resolve it to another claim's device.
+// "accel-dra.io/gpu=<claimUID>-gpu-0". It carries the device's own nodes. The claim UID makes it
+// unique across claims, so a runtime that caches specs can never resolve it to another claim's
+// device.
 func DeviceID(kind device.Kind, claimUID, deviceName string) string {
 	return parser.QualifiedName(Vendor, string(kind), cdiDeviceName(claimUID, deviceName))
 }
 
+// RequestID is the CDI device ID of a request of a claim, "accel-dra.io/npu=<claimUID>.<request>".
+// It carries what is specific to the request as a whole, such as the list of its devices in
+// ASCEND_VISIBLE_DEVICES, so that a container that uses one request of a claim gets that
+// request's list and not the claim's. A subrequest ("req/sub") maps to its request, which is
+// what a container references. The dot cannot occur in a device name or a request name (both
+// DNS labels), so request and device IDs never collide.
+func RequestID(kind device.Kind, claimUID, request string) string {
+	return parser.QualifiedName(Vendor, string(kind), requestDeviceName(claimUID, request))
+}
+
 func cdiDeviceName(claimUID, deviceName string) string { return claimUID + "-" + deviceName }
 
-// Build returns the spec of a claim that got devs. Each device becomes one CDI device with its
-// nodes. The spec-wide edits, which a runtime applies once when any of the claim's devices is
-// injected, carry the control nodes every user of the driver needs and the environment: the
-// visible-devices variable of the kind plus env (from the claim's configuration), sorted.
+func requestDeviceName(claimUID, request string) string {
+	return claimUID + "." + baseRequest(request)
+}
+
+// baseRequest is what a container names for a prioritized-list subrequest "req/sub": "req".
+func baseRequest(request string) string {
+	base, _, _ := strings.Cut(request, "/")
+	return base
+}
+
+// HasRequestDevice tells whether specs of kind have a CDI device per request (RequestID). GPUs
+// have none: NVIDIA's toolkit sets NVIDIA_VISIBLE_DEVICES=void on the CDI path and CUDA finds
+// its devices through the device nodes alone, so a GPU request has nothing of its own beyond
+// its devices' nodes.
+func HasRequestDevice(kind device.Kind) bool { return kind == device.KindNPU }
+
+// ResultIDs are the CDI device IDs the kubelet gets for one allocated device of a request: the
+// device's own ID and, for the first device of each request (first is true), the request's ID.
+// The kubelet gives a container the IDs of every device whose request the container uses, so
+// the request's ID is listed once, not once per device.
+func ResultIDs(kind device.Kind, claimUID, request, deviceName string, first bool) []string {
+	ids := []string{DeviceID(kind, claimUID, deviceName)}
+	if first && HasRequestDevice(kind) {
+		ids = append(ids, RequestID(kind, claimUID, request))
+	}
+	return ids
+}
+
+// Request is one request of a claim as prepared on this node.
+type Request struct {
+	// Name is the request from the allocation result, "req" or the subrequest "req/sub".
+	Name    string
+	Devices []device.Device
+}
+
+// Claim is what goes into one claim's spec.
+type Claim struct {
+	UID      string
+	Requests []Request
+	// Common are the node-common edits of the kind (driver libraries, binaries, hooks, the
+	// toolkit's environment), computed once per node and applied once per container however
+	// many devices it gets. Their device nodes are ignored: Control is the authority on those.
+	Common *specs.ContainerEdits
+	// Control are the nodes every container with at least one device of the kind needs.
+	Control []device.Node
+	// Env is the claim's configuration; the driver makes sure it is the same for every
+	// request, so it belongs to the spec-wide edits.
+	Env []string
+}
+
+// Build returns the spec of a claim. Each allocated device becomes one CDI device with its
+// nodes; for NPUs each request also becomes one CDI device with the request's
+// ASCEND_VISIBLE_DEVICES. The spec-wide edits, which a runtime applies once when any of the
+// claim's devices is injected, carry only what is the same for every request: the control
+// nodes, the node-common edits and the claim's configuration, in a fixed order.
 //
 // Build checks what it can know is wrong (kind, names, env); the node details are checked by the
 // CDI library in Write.
-func (w *Writer) Build(claimUID string, devs []device.Device, control []device.Node, env []string) (*specs.Spec, error) {
+func (w *Writer) Build(c Claim) (*specs.Spec, error) {
+	claimUID := c.UID
 	if err := validateUID(claimUID); err != nil {
 		return nil, err
 	}
-	if len(devs) == 0 {
-		return nil, fmt.Errorf("building CDI spec of claim %s: no devices", claimUID)
-	}
-	devs = slices.Clone(devs)
-	device.Sort(devs)
-
-	spec := &specs.Spec{Kind: Kind(w.kind)}
-	visible := make([]string, 0, len(devs))
-	for _, d := range devs {
-		if d.Kind != w.kind {
-			return nil, fmt.Errorf("building CDI spec of claim %s: device %s is a %s, this writer is for %s", claimUID, d.Name, d.Kind, w.kind)
-		}
-		name := cdiDeviceName(claimUID, d.Name)
-		if err := parser.ValidateDeviceName(name); err != nil {
-			return nil, fmt.Errorf("building CDI spec of claim %s: device %s: %w", claimUID, d.Name, err)
-		}
-		if len(d.Nodes) == 0 {
-			return nil, fmt.Errorf("building CDI spec of claim %s: device %s has no device nodes", claimUID, d.Name)
-		}
-		spec.Devices = append(spec.Devices, specs.Device{
-			Name:           name,
-			ContainerEdits: specs.ContainerEdits{DeviceNodes: deviceNodes(d.Nodes)},
-		})
-		switch w.kind {
-		case device.KindGPU:
-			if d.UUID == "" {
-				return nil, fmt.Errorf("building CDI spec of claim %s: device %s has no UUID", claimUID, d.Name)
-			}
-			visible = append(visible, d.UUID)
-		default:
-			visible = append(visible, strconv.Itoa(d.Index))
-		}
-	}
-
-	var visibleVar string
-	switch w.kind {
-	case device.KindGPU:
-		visibleVar = "NVIDIA_VISIBLE_DEVICES"
-	case device.KindNPU:
-		visibleVar = "ASCEND_VISIBLE_DEVICES"
-	default:
+	if w.kind != device.KindGPU && w.kind != device.KindNPU {
 		return nil, fmt.Errorf("building CDI spec of claim %s: unknown device kind %q", claimUID, w.kind)
 	}
-	allEnv, err := mergeEnv(visibleVar+"="+strings.Join(visible, ","), env)
+	spec := &specs.Spec{Kind: Kind(w.kind)}
+
+	// Requests sorted by name, their devices by index; a device listed by two requests (a
+	// shared device) gets one CDI device.
+	requests := map[string][]device.Device{}
+	for _, r := range c.Requests {
+		if r.Name == "" {
+			return nil, fmt.Errorf("building CDI spec of claim %s: request without a name", claimUID)
+		}
+		base := baseRequest(r.Name)
+		requests[base] = append(requests[base], r.Devices...)
+	}
+	byName := map[string]device.Device{}
+	for _, base := range slices.Sorted(maps.Keys(requests)) {
+		devs := requests[base]
+		device.Sort(devs)
+		devs = slices.CompactFunc(devs, func(a, b device.Device) bool { return a.Name == b.Name })
+		visible := make([]string, 0, len(devs))
+		for _, d := range devs {
+			if err := w.checkDevice(claimUID, d); err != nil {
+				return nil, err
+			}
+			byName[d.Name] = d
+			visible = append(visible, strconv.Itoa(d.Index))
+		}
+		if HasRequestDevice(w.kind) && len(devs) > 0 {
+			name := requestDeviceName(claimUID, base)
+			if err := parser.ValidateDeviceName(name); err != nil {
+				return nil, fmt.Errorf("building CDI spec of claim %s: request %s: %w", claimUID, base, err)
+			}
+			spec.Devices = append(spec.Devices, specs.Device{
+				Name:           name,
+				ContainerEdits: specs.ContainerEdits{Env: []string{"ASCEND_VISIBLE_DEVICES=" + strings.Join(visible, ",")}},
+			})
+		}
+	}
+	if len(byName) == 0 {
+		return nil, fmt.Errorf("building CDI spec of claim %s: no devices", claimUID)
+	}
+	devs := slices.Collect(maps.Values(byName))
+	device.Sort(devs)
+	for _, d := range devs {
+		spec.Devices = append(spec.Devices, specs.Device{
+			Name:           cdiDeviceName(claimUID, d.Name),
+			ContainerEdits: specs.ContainerEdits{DeviceNodes: deviceNodes(d.Nodes)},
+		})
+	}
+	slices.SortFunc(spec.Devices, func(a, b specs.Device) int { return strings.Compare(a.Name, b.Name) })
+
+	edits, err := w.claimEdits(c)
 	if err != nil {
 		return nil, fmt.Errorf("building CDI spec of claim %s: %w", claimUID, err)
 	}
-	spec.ContainerEdits.Env = allEnv
-	spec.ContainerEdits.DeviceNodes = deviceNodes(control)
+	spec.ContainerEdits = edits
 
 	v, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -142,6 +221,50 @@ func (w *Writer) Build(claimUID string, devs []device.Device, control []device.N
 	spec.Version = v
 	return spec, nil
 }
+
+func (w *Writer) checkDevice(claimUID string, d device.Device) error {
+	if d.Kind != w.kind {
+		return fmt.Errorf("building CDI spec of claim %s: device %s is a %s, this writer is for %s", claimUID, d.Name, d.Kind, w.kind)
+	}
+	if err := parser.ValidateDeviceName(cdiDeviceName(claimUID, d.Name)); err != nil {
+		return fmt.Errorf("building CDI spec of claim %s: device %s: %w", claimUID, d.Name, err)
+	}
+	if len(d.Nodes) == 0 {
+		return fmt.Errorf("building CDI spec of claim %s: device %s has no device nodes", claimUID, d.Name)
+	}
+	if w.kind == device.KindGPU && d.UUID == "" {
+		return fmt.Errorf("building CDI spec of claim %s: device %s has no UUID", claimUID, d.Name)
+	}
+	return nil
+}
+
+// claimEdits are the spec-wide edits: control nodes, the node-common edits without their device
+// nodes, and the environment of both plus the claim's configuration. For GPUs the environment
+// always holds NVIDIA_VISIBLE_DEVICES=void, as NVIDIA's own CDI specs do, so that an NVIDIA
+// runtime hook left in legacy mode on the node injects nothing behind CDI's back.
+func (w *Writer) claimEdits(c Claim) (specs.ContainerEdits, error) {
+	var edits specs.ContainerEdits
+	var env []string
+	if c.Common != nil {
+		edits.Hooks = c.Common.Hooks
+		edits.Mounts = c.Common.Mounts
+		edits.AdditionalGIDs = c.Common.AdditionalGIDs
+		edits.IntelRdt = c.Common.IntelRdt
+		env = append(env, c.Common.Env...)
+	}
+	if w.kind == device.KindGPU && !slices.Contains(env, nvidiaVisibleVoid) {
+		env = append(env, nvidiaVisibleVoid)
+	}
+	merged, err := mergeEnv(env, c.Env)
+	if err != nil {
+		return edits, err
+	}
+	edits.Env = merged
+	edits.DeviceNodes = deviceNodes(c.Control)
+	return edits, nil
+}
+
+const nvidiaVisibleVoid = "NVIDIA_VISIBLE_DEVICES=void"
 
 func deviceNodes(nodes []device.Node) []*specs.DeviceNode {
 	if len(nodes) == 0 {
@@ -161,10 +284,11 @@ func deviceNodes(nodes []device.Node) []*specs.DeviceNode {
 	return out
 }
 
-// mergeEnv sorts the environment and refuses a variable set twice: which value a runtime keeps
-// is an accident of ordering, and the config must not silently override the visible devices.
-func mergeEnv(visible string, extra []string) ([]string, error) {
-	env := append([]string{visible}, extra...)
+// mergeEnv sorts the environment and refuses a variable set twice to different values: which
+// value a runtime keeps is an accident of ordering, and a claim's configuration must not
+// silently override what the driver's edits need (NVIDIA_VISIBLE_DEVICES=void, for one).
+func mergeEnv(base, extra []string) ([]string, error) {
+	env := slices.Concat(base, extra)
 	if err := cdiapi.ValidateEnv(env); err != nil {
 		return nil, err
 	}
@@ -173,12 +297,16 @@ func mergeEnv(visible string, extra []string) ([]string, error) {
 		kb, _, _ := strings.Cut(b, "=")
 		return cmp.Or(strings.Compare(ka, kb), strings.Compare(a, b))
 	})
+	env = slices.Compact(env)
 	for i := 1; i < len(env); i++ {
 		prev, _, _ := strings.Cut(env[i-1], "=")
 		key, _, _ := strings.Cut(env[i], "=")
 		if prev == key {
 			return nil, fmt.Errorf("environment variable %s set twice (%q, %q)", key, env[i-1], env[i])
 		}
+	}
+	if len(env) == 0 {
+		return nil, nil
 	}
 	return env, nil
 }

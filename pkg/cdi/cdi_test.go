@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
@@ -54,21 +56,61 @@ var (
 	}
 )
 
-type buildCase struct {
-	kind    device.Kind
-	devs    []device.Device
-	control []device.Node
-	env     []string
+// commonEdits stand for the node-common edits of pkg/cdi/nvidia: a library, a hook and the
+// toolkit's environment.
+var commonEdits = &specs.ContainerEdits{
+	Env:    []string{"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64", "NVIDIA_VISIBLE_DEVICES=void"},
+	Mounts: []*specs.Mount{{HostPath: "/driver/usr/lib64/libcuda.so.570.124.06", ContainerPath: "/usr/lib64/libcuda.so.570.124.06", Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}}},
+	Hooks:  []*specs.Hook{{HookName: "createContainer", Path: "/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib64"}}},
+	// Ignored: the backend's control nodes are the authority.
+	DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidiactl"}},
 }
 
+type buildCase struct {
+	kind     device.Kind
+	requests []Request
+	control  []device.Node
+	env      []string
+	common   *specs.ContainerEdits
+}
+
+func (c buildCase) claim(uid string) Claim {
+	return Claim{UID: uid, Requests: c.requests, Common: c.common, Control: c.control, Env: c.env}
+}
+
+// ids are the CDI IDs the kubelet gives a container that uses requests (all when none), built
+// as the driver builds them: ResultIDs per allocated device, in allocation order.
+func (c buildCase) ids(uid string, requests ...string) []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, r := range c.requests {
+		base, _, _ := strings.Cut(r.Name, "/")
+		for _, d := range r.Devices {
+			first := !seen[base]
+			seen[base] = true
+			if len(requests) == 0 || slices.Contains(requests, base) {
+				ids = append(ids, ResultIDs(c.kind, uid, r.Name, d.Name, first)...)
+			}
+		}
+	}
+	return ids
+}
+
+func req(name string, devs ...device.Device) Request { return Request{Name: name, Devices: devs} }
+
 var goldenCases = map[string]buildCase{
-	"gpu-1": {kind: device.KindGPU, devs: []device.Device{gpu(3)}, control: gpuControl,
-		env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"}},
-	// Given out of order: the spec lists devices and UUIDs by index.
-	"gpu-2": {kind: device.KindGPU, devs: []device.Device{gpu(5), gpu(1)}, control: gpuControl,
+	"gpu-1": {kind: device.KindGPU, requests: []Request{req("gpu", gpu(3))}, control: gpuControl,
+		env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, common: commonEdits},
+	// Given out of order: the spec lists devices by index. Without common edits the spec still
+	// sets NVIDIA_VISIBLE_DEVICES=void.
+	"gpu-2": {kind: device.KindGPU, requests: []Request{req("gpus", gpu(5), gpu(1))}, control: gpuControl,
 		env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility,video"}},
-	"npu-1": {kind: device.KindNPU, devs: []device.Device{npu(2)}, control: npuControl,
+	"npu-1": {kind: device.KindNPU, requests: []Request{req("npu", npu(2))}, control: npuControl,
 		env: []string{"ASCEND_RUNTIME_OPTIONS=NODRV"}},
+	// Two requests, one of them a prioritized-list subrequest: one CDI device per request with
+	// that request's ASCEND_VISIBLE_DEVICES.
+	"npu-2-requests": {kind: device.KindNPU, requests: []Request{req("a", npu(3), npu(1)), req("b/large", npu(4))}, control: npuControl,
+		common: &specs.ContainerEdits{Mounts: []*specs.Mount{{HostPath: "/usr/local/Ascend/driver/lib64", ContainerPath: "/usr/local/Ascend/driver/lib64", Options: []string{"ro", "rbind"}}}}},
 }
 
 func TestGoldenSpecs(t *testing.T) {
@@ -76,7 +118,7 @@ func TestGoldenSpecs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			w := New(dir, tc.kind)
-			spec, err := w.Build(claimUID, tc.devs, tc.control, tc.env)
+			spec, err := w.Build(tc.claim(claimUID))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,18 +150,26 @@ func TestGoldenSpecs(t *testing.T) {
 }
 
 // TestInject applies written specs to an OCI spec through the CDI library exactly as a container
-// runtime does: a cache over the spec directory, InjectDevices with the IDs the kubelet passes.
+// runtime does: a cache over the spec directory, InjectDevices with the IDs the kubelet passes
+// for the requests a container uses.
 func TestInject(t *testing.T) {
 	type wantDev struct {
 		Path         string
 		Type         string
 		Major, Minor int64
 	}
+	npuControlDevs := []wantDev{
+		{"/dev/davinci_manager", "c", 237, 0},
+		{"/dev/devmm_svm", "c", 238, 0},
+		{"/dev/hisi_hdc", "c", 239, 0},
+	}
 	tests := map[string]struct {
 		buildCase
-		inject  []string // device names; all of the claim's when nil
-		wantDev []wantDev
-		wantEnv []string
+		requests   []string // requests the container uses; all when nil
+		wantDev    []wantDev
+		wantEnv    []string
+		wantMounts []string
+		wantHooks  int
 	}{
 		"one gpu": {
 			buildCase: goldenCases["gpu-1"],
@@ -131,9 +181,12 @@ func TestInject(t *testing.T) {
 			},
 			wantEnv: []string{
 				"PATH=/usr/bin",
+				"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64",
 				"NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-				"NVIDIA_VISIBLE_DEVICES=GPU-00000003-aaaa-bbbb-cccc-dddddddddddd",
+				"NVIDIA_VISIBLE_DEVICES=void",
 			},
+			wantMounts: []string{"/usr/lib64/libcuda.so.570.124.06"},
+			wantHooks:  1,
 		},
 		"two gpus": {
 			buildCase: goldenCases["gpu-2"],
@@ -148,29 +201,39 @@ func TestInject(t *testing.T) {
 			wantEnv: []string{
 				"PATH=/usr/bin",
 				"NVIDIA_DRIVER_CAPABILITIES=compute,utility,video",
-				"NVIDIA_VISIBLE_DEVICES=GPU-00000001-aaaa-bbbb-cccc-dddddddddddd,GPU-00000005-aaaa-bbbb-cccc-dddddddddddd",
+				"NVIDIA_VISIBLE_DEVICES=void",
 			},
 		},
 		"one npu": {
 			buildCase: goldenCases["npu-1"],
-			wantDev: []wantDev{
-				{"/dev/davinci_manager", "c", 237, 0},
-				{"/dev/devmm_svm", "c", 238, 0},
-				{"/dev/hisi_hdc", "c", 239, 0},
-				{"/dev/davinci2", "c", 236, 2},
-			},
+			wantDev:   append(slices.Clone(npuControlDevs), wantDev{"/dev/davinci2", "c", 236, 2}),
 			wantEnv: []string{
 				"PATH=/usr/bin",
 				"ASCEND_RUNTIME_OPTIONS=NODRV",
 				"ASCEND_VISIBLE_DEVICES=2",
 			},
 		},
+		"request a of two": {
+			buildCase: goldenCases["npu-2-requests"],
+			requests:  []string{"a"},
+			wantDev: append(slices.Clone(npuControlDevs),
+				wantDev{"/dev/davinci3", "c", 236, 3}, wantDev{"/dev/davinci1", "c", 236, 1}),
+			wantEnv:    []string{"PATH=/usr/bin", "ASCEND_VISIBLE_DEVICES=1,3"},
+			wantMounts: []string{"/usr/local/Ascend/driver/lib64"},
+		},
+		"subrequest b of two": {
+			buildCase:  goldenCases["npu-2-requests"],
+			requests:   []string{"b"},
+			wantDev:    append(slices.Clone(npuControlDevs), wantDev{"/dev/davinci4", "c", 236, 4}),
+			wantEnv:    []string{"PATH=/usr/bin", "ASCEND_VISIBLE_DEVICES=4"},
+			wantMounts: []string{"/usr/local/Ascend/driver/lib64"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			w := New(dir, tc.kind)
-			spec, err := w.Build(claimUID, tc.devs, tc.control, tc.env)
+			spec, err := w.Build(tc.claim(claimUID))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,12 +241,15 @@ func TestInject(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Another claim's spec in the same directory must not interfere.
+			const otherUID = "11111111-2222-3333-4444-555555555555"
 			other := New(dir, tc.kind)
-			otherSpec, err := other.Build("11111111-2222-3333-4444-555555555555", tc.devs, tc.control, nil)
+			otherCase := tc.buildCase
+			otherCase.env = nil
+			otherSpec, err := other.Build(otherCase.claim(otherUID))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := other.Write("11111111-2222-3333-4444-555555555555", otherSpec); err != nil {
+			if err := other.Write(otherUID, otherSpec); err != nil {
 				t.Fatal(err)
 			}
 
@@ -194,10 +260,7 @@ func TestInject(t *testing.T) {
 			if errs := cache.GetErrors(); len(errs) != 0 {
 				t.Fatalf("CDI cache errors: %v", errs)
 			}
-			var ids []string
-			for _, d := range tc.devs {
-				ids = append(ids, DeviceID(tc.kind, claimUID, d.Name))
-			}
+			ids := tc.ids(claimUID, tc.requests...)
 			ociSpec := &oci.Spec{
 				Process: &oci.Process{Env: []string{"PATH=/usr/bin"}},
 				Linux:   &oci.Linux{},
@@ -217,6 +280,20 @@ func TestInject(t *testing.T) {
 			if diff := cmp.Diff(tc.wantEnv, ociSpec.Process.Env); diff != "" {
 				t.Errorf("process env (-want +got):\n%s", diff)
 			}
+			var gotMounts []string
+			for _, m := range ociSpec.Mounts {
+				gotMounts = append(gotMounts, m.Destination)
+			}
+			if diff := cmp.Diff(tc.wantMounts, gotMounts); diff != "" {
+				t.Errorf("mounts (-want +got):\n%s", diff)
+			}
+			gotHooks := 0
+			if ociSpec.Hooks != nil {
+				gotHooks = len(ociSpec.Hooks.CreateContainer)
+			}
+			if gotHooks != tc.wantHooks {
+				t.Errorf("%d createContainer hooks, want %d", gotHooks, tc.wantHooks)
+			}
 			// Each node is allowed in the device cgroup with the permissions of the spec.
 			if got, want := len(ociSpec.Linux.Resources.Devices), len(tc.wantDev); got != want {
 				t.Fatalf("%d cgroup device rules, want %d", got, want)
@@ -227,6 +304,25 @@ func TestInject(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestIDs(t *testing.T) {
+	if got, want := RequestID(device.KindNPU, claimUID, "b/large"), "accel-dra.io/npu="+claimUID+".b"; got != want {
+		t.Errorf("RequestID = %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		kind  device.Kind
+		first bool
+		want  []string
+	}{
+		{device.KindGPU, true, []string{"accel-dra.io/gpu=" + claimUID + "-gpu-1"}},
+		{device.KindNPU, false, []string{"accel-dra.io/npu=" + claimUID + "-gpu-1"}},
+		{device.KindNPU, true, []string{"accel-dra.io/npu=" + claimUID + "-gpu-1", "accel-dra.io/npu=" + claimUID + ".r"}},
+	} {
+		if diff := cmp.Diff(tc.want, ResultIDs(tc.kind, claimUID, "r/s", "gpu-1", tc.first)); diff != "" {
+			t.Errorf("ResultIDs(%s, first=%v) (-want +got):\n%s", tc.kind, tc.first, diff)
+		}
 	}
 }
 
@@ -253,6 +349,8 @@ func TestInvalid(t *testing.T) {
 		devs    []device.Device
 		control []device.Node
 		env     []string
+		common  *specs.ContainerEdits
+		reqName string
 		wantErr string
 	}{
 		"device node without path": {
@@ -282,6 +380,22 @@ func TestInvalid(t *testing.T) {
 			devs:    []device.Device{gpu(0)},
 			env:     []string{"NVIDIA_VISIBLE_DEVICES=all"},
 			wantErr: "NVIDIA_VISIBLE_DEVICES set twice",
+		},
+		"env conflicts with common edits": {
+			devs:    []device.Device{gpu(0)},
+			common:  commonEdits,
+			env:     []string{"NVIDIA_CTK_LIBCUDA_DIR=/lib"},
+			wantErr: "NVIDIA_CTK_LIBCUDA_DIR set twice",
+		},
+		"bad common mount": {
+			devs:    []device.Device{gpu(0)},
+			common:  &specs.ContainerEdits{Mounts: []*specs.Mount{{HostPath: "/x"}}},
+			wantErr: "invalid mount",
+		},
+		"request without name": {
+			devs:    []device.Device{gpu(0)},
+			reqName: "-",
+			wantErr: "request without a name",
 		},
 		"no devices": {
 			wantErr: "no devices",
@@ -321,7 +435,11 @@ func TestInvalid(t *testing.T) {
 			}
 			dir := t.TempDir()
 			w := New(dir, tc.kind)
-			spec, err := w.Build(uid, tc.devs, tc.control, tc.env)
+			name := "r"
+			if tc.reqName == "-" {
+				name = ""
+			}
+			spec, err := w.Build(Claim{UID: uid, Requests: []Request{req(name, tc.devs...)}, Control: tc.control, Env: tc.env, Common: tc.common})
 			if err == nil {
 				err = w.Write(uid, spec)
 			}
@@ -343,7 +461,7 @@ func TestInvalid(t *testing.T) {
 
 func TestWriteRejectsForeignSpec(t *testing.T) {
 	dir := t.TempDir()
-	spec, err := New(dir, device.KindNPU).Build(claimUID, []device.Device{npu(0)}, nil, nil)
+	spec, err := New(dir, device.KindNPU).Build(Claim{UID: claimUID, Requests: []Request{req("r", npu(0))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +484,7 @@ func TestRemoveExistsList(t *testing.T) {
 	}
 	uids := []string{"b-2", "a", "a-b", "c"}
 	for _, uid := range uids {
-		spec, err := gpus.Build(uid, []device.Device{gpu(0)}, nil, nil)
+		spec, err := gpus.Build(Claim{UID: uid, Requests: []Request{req("r", gpu(0))}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +492,7 @@ func TestRemoveExistsList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spec, err := npus.Build("n", []device.Device{npu(0)}, nil, nil)
+	spec, err := npus.Build(Claim{UID: "n", Requests: []Request{req("r", npu(0))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +543,7 @@ func TestWriteReplaces(t *testing.T) {
 	dir := t.TempDir()
 	w := New(dir, device.KindGPU)
 	for _, env := range [][]string{{"A=1"}, {"A=2"}} {
-		spec, err := w.Build(claimUID, []device.Device{gpu(0)}, nil, env)
+		spec, err := w.Build(Claim{UID: claimUID, Requests: []Request{req("r", gpu(0))}, Env: env})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -437,7 +555,7 @@ func TestWriteReplaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"A=2", "NVIDIA_VISIBLE_DEVICES=GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"}, got.ContainerEdits.Env); diff != "" {
+	if diff := cmp.Diff([]string{"A=2", "NVIDIA_VISIBLE_DEVICES=void"}, got.ContainerEdits.Env); diff != "" {
 		t.Errorf("env after rewrite (-want +got):\n%s", diff)
 	}
 	if names := dirNames(t, dir); len(names) != 1 {
@@ -447,7 +565,7 @@ func TestWriteReplaces(t *testing.T) {
 
 func BenchmarkWrite(b *testing.B) {
 	w := New(b.TempDir(), device.KindGPU)
-	spec, err := w.Build(claimUID, []device.Device{gpu(0), gpu(1)}, gpuControl, []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"})
+	spec, err := w.Build(Claim{UID: claimUID, Requests: []Request{req("r", gpu(0), gpu(1))}, Common: commonEdits, Control: gpuControl, Env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/cdi"
@@ -40,8 +41,12 @@ type Options struct {
 	// Inventory is what the backend found on this node.
 	Inventory *device.Inventory
 	CDI       *cdi.Writer
-	State     *checkpoint.Store
-	Metrics   *metrics.Plugin
+	// CommonEdits are the node-common CDI edits of the kind (driver libraries, binaries, hooks;
+	// see pkg/cdi/nvidia and pkg/cdi/ascend), computed once at start-up and put in every
+	// claim's spec; nil adds none.
+	CommonEdits *specs.ContainerEdits
+	State       *checkpoint.Store
+	Metrics     *metrics.Plugin
 	// Kube is used at start-up to drop claims that no longer exist; nil skips that step.
 	Kube kubernetes.Interface
 	// Events receives warnings about devices left out of the slices; may be nil.
@@ -217,6 +222,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 	}
 	rec := &checkpoint.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.StatePrepareStarted}
 	var requests []string
+	firstOfRequest := map[string]bool{}
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
 			continue
@@ -234,8 +240,9 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 			Request:      r.Request,
 			Pool:         r.Pool,
 			Device:       r.Device,
-			CDIDeviceIDs: []string{cdi.DeviceID(d.kind, string(claim.UID), r.Device)},
+			CDIDeviceIDs: cdi.ResultIDs(d.kind, string(claim.UID), r.Request, r.Device, !firstOfRequest[resourceclaim.BaseRequestRef(r.Request)]),
 		})
+		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 	}
 	env, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
@@ -345,21 +352,25 @@ func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
 }
 
 func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
-	devs := make([]device.Device, 0, len(rec.Devices))
-	seen := map[string]bool{}
+	var requests []cdi.Request
+	index := map[string]int{}
 	for _, pd := range rec.Devices {
-		if seen[pd.Device] {
-			continue
-		}
-		seen[pd.Device] = true
 		dev, ok := d.devices[pd.Device]
 		if !ok {
 			return fmt.Errorf("device %s is no longer on node %s", pd.Device, d.opts.NodeName)
 		}
-		devs = append(devs, *dev)
+		i, ok := index[pd.Request]
+		if !ok {
+			i = len(requests)
+			index[pd.Request] = i
+			requests = append(requests, cdi.Request{Name: pd.Request})
+		}
+		requests[i].Devices = append(requests[i].Devices, *dev)
 	}
-	device.Sort(devs)
-	spec, err := d.opts.CDI.Build(rec.UID, devs, d.opts.Inventory.ControlNodes, rec.Env)
+	spec, err := d.opts.CDI.Build(cdi.Claim{
+		UID: rec.UID, Requests: requests, Common: d.opts.CommonEdits,
+		Control: d.opts.Inventory.ControlNodes, Env: rec.Env,
+	})
 	if err != nil {
 		return fmt.Errorf("CDI spec: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/bootid"
+	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/kubeclient"
 )
 
@@ -38,24 +39,36 @@ type Options struct {
 	HTTPAddress   string
 	PodUID        string
 	Profiling     bool
-	Kube          kubeclient.Options
-	Logging       *logsapi.LoggingConfiguration
+	// NVIDIADriverRoot and AscendDriverRoot are where this process sees the root of the
+	// driver's installation; the Host* variants are the same trees as the container runtime
+	// sees them (empty: the same path). See docs/cdi.md.
+	NVIDIADriverRoot     string
+	NVIDIAHostDriverRoot string
+	NVIDIACDIHookPath    string
+	AscendDriverRoot     string
+	AscendHostDriverRoot string
+	AscendDriverPaths    []string
+	Kube                 kubeclient.Options
+	Logging              *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:     os.Getenv("NODE_NAME"),
-		Backend:      "nvml",
-		SysfsRoot:    "/sys",
-		DevRoot:      "/dev",
-		CDIRoot:      "/var/run/cdi",
-		RegistrarDir: "/var/lib/kubelet/plugins_registry",
-		BootIDFile:   bootid.DefaultPath,
-		HTTPAddress:  ":8080",
-		PodUID:       os.Getenv("POD_UID"),
-		Kube:         kubeclient.DefaultOptions(),
-		Logging:      logsapi.NewLoggingConfiguration(),
+		NodeName:          os.Getenv("NODE_NAME"),
+		Backend:           "nvml",
+		SysfsRoot:         "/sys",
+		DevRoot:           "/dev",
+		CDIRoot:           "/var/run/cdi",
+		RegistrarDir:      "/var/lib/kubelet/plugins_registry",
+		BootIDFile:        bootid.DefaultPath,
+		HTTPAddress:       ":8080",
+		PodUID:            os.Getenv("POD_UID"),
+		NVIDIADriverRoot:  "/",
+		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
+		AscendDriverRoot:  "/",
+		Kube:              kubeclient.DefaultOptions(),
+		Logging:           logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -77,6 +90,12 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.BootIDFile, "boot-id-file", o.BootIDFile, "File holding the node's boot ID; a change means a reboot.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address of the /healthz, /readyz and /metrics endpoint; empty disables it.")
 	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this plugin's pod (default from $POD_UID); enables the kubelet's rolling update of the plugin with surge.")
+	fs.StringVar(&o.NVIDIADriverRoot, "nvidia-driver-root", o.NVIDIADriverRoot, "Root of the NVIDIA driver installation as this process sees it (the host's / mounted into the container, or the GPU operator's driver root); its libraries, binaries and firmware go into every GPU container's CDI spec. Empty: GPU containers get device nodes only. The mock backend generates its own.")
+	fs.StringVar(&o.NVIDIAHostDriverRoot, "nvidia-host-driver-root", o.NVIDIAHostDriverRoot, "The same tree as --nvidia-driver-root as the container runtime on the host sees it (default: the same path).")
+	fs.StringVar(&o.NVIDIACDIHookPath, "nvidia-cdi-hook-path", o.NVIDIACDIHookPath, "Path on the host of the NVIDIA container toolkit's nvidia-cdi-hook, which the CDI specs' hooks run.")
+	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
+	fs.StringVar(&o.AscendHostDriverRoot, "ascend-host-driver-root", o.AscendHostDriverRoot, "The same tree as --ascend-driver-root as the container runtime on the host sees it (default: the same path).")
+	fs.StringSliceVar(&o.AscendDriverPaths, "ascend-extra-driver-paths", o.AscendDriverPaths, "Absolute paths under --ascend-driver-root to mount into NPU containers besides the default list (see docs/cdi.md); missing ones are skipped.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)

@@ -20,6 +20,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/bootid"
@@ -44,19 +45,29 @@ func Run(ctx context.Context, o *Options) error {
 
 	be, err := backend.New(ctx, backend.Options{
 		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
-		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir,
+		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir, AscendDriverRoot: o.AscendDriverRoot,
 	})
 	if err != nil {
 		return fmt.Errorf("device backend %q: %w", o.Backend, err)
 	}
 	inv, err := be.Enumerate(ctx)
+	if err != nil {
+		err = fmt.Errorf("enumerating devices: %w", err)
+	}
+	var common *specs.ContainerEdits
+	if err == nil {
+		// Before Close: the GPU edits ask NVML for the driver version.
+		if common, err = commonEdits(ctx, o, be, inv.Kind); err != nil {
+			err = fmt.Errorf("CDI edits of the driver: %w", err)
+		}
+	}
 	// Devices are enumerated once; nothing queries the backend afterwards, so NVML is shut down
 	// (and a mock machine freed) now rather than held for the life of the process.
 	if cerr := be.Close(); cerr != nil {
 		klog.FromContext(ctx).Error(cerr, "Closing device backend")
 	}
 	if err != nil {
-		return fmt.Errorf("enumerating devices: %w", err)
+		return err
 	}
 
 	boot, err := bootid.Read(o.BootIDFile)
@@ -78,7 +89,7 @@ func Run(ctx context.Context, o *Options) error {
 	m := metrics.NewPlugin(o.DriverName)
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
-		CDI: cdi.New(o.CDIRoot, inv.Kind), State: store, Metrics: m, Kube: kube, Events: events,
+		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
 	})
 	if err != nil {
 		return err

@@ -259,7 +259,7 @@ func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string)
 	if err != nil {
 		return d, fmt.Errorf("gpu index %d: %w", i, err)
 	}
-	d.Nodes = []device.Node{n}
+	d.Nodes = append([]device.Node{n}, b.driNodes(ctx, busID)...)
 
 	sysfs := deviceattribute.WithFS(b.sysfs)
 	if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, sysfs); err == nil && attr.Value.StringValue != nil {

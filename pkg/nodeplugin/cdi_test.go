@@ -1,0 +1,64 @@
+package nodeplugin
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/accel-dra/accel-dra/pkg/backend"
+)
+
+// TestCommonEditsOfMockBackends: each mock backend generates its driver root in the mock
+// directory, and the same generators as on a real node find the driver there.
+func TestCommonEditsOfMockBackends(t *testing.T) {
+	for name, want := range map[string]string{
+		backend.Mock:    "/usr/bin/nvidia-smi",
+		backend.NPUMock: "/usr/local/Ascend/driver/lib64",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			o := NewOptions()
+			o.Backend, o.NodeName, o.MockDir = name, "node-a", t.TempDir()
+			// Ignored by the mocks: they bring their own driver.
+			o.NVIDIADriverRoot, o.AscendDriverRoot = "/nonexistent", "/nonexistent"
+			be, err := backend.New(ctx, backend.Options{Name: name, NodeName: o.NodeName, MockDir: o.MockDir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = be.Close() }()
+			inv, err := be.Enumerate(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := commonEdits(ctx, o, be, inv.Kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, m := range e.Mounts {
+				if m.ContainerPath == want {
+					found = true
+					if rel, err := filepath.Rel(o.MockDir, m.HostPath); err != nil || filepath.IsAbs(rel) || rel[:2] == ".." {
+						t.Errorf("mount %s from %s, outside the mock directory %s", want, m.HostPath, o.MockDir)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no mount of %s in %+v", want, e.Mounts)
+			}
+		})
+	}
+	t.Run("no driver root", func(t *testing.T) {
+		o := NewOptions()
+		o.Backend, o.NVIDIADriverRoot, o.AscendDriverRoot = backend.NPU, "", ""
+		if e, err := commonEdits(context.Background(), o, nil, "npu"); e != nil || err != nil {
+			t.Errorf("got %v, %v; want no edits and no error", e, err)
+		}
+	})
+	t.Run("unknown kind", func(t *testing.T) {
+		o := NewOptions()
+		if _, err := commonEdits(context.Background(), o, nil, "tpu"); err == nil {
+			t.Error("unknown kind accepted")
+		}
+	})
+}
