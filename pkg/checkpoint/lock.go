@@ -97,10 +97,19 @@ func (l *Locked) Delete(uid string) error {
 // Load is Store.Load under the lock. Only under the lock may Load remove temporary files: none
 // then belongs to a write in flight in another process.
 func (l *Locked) Load(ctx context.Context) (*LoadResult, error) {
-	if err := l.bump(); err != nil { // moving corrupt records aside is a change
+	res, err := l.s.Load(ctx)
+	if err != nil {
 		return nil, err
 	}
-	return l.s.Load(ctx)
+	// Reading changes nothing another process could have indexed, except moving aside a record
+	// that went bad after it was read; only that is announced. (Bumping on every Load would make
+	// two instances re-read the directory on every hold, each triggering the other.)
+	if len(res.Corrupt) > 0 {
+		if err := l.bump(); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // Get reads the record of one claim of this boot. found is false when there is none or it is

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -76,6 +77,17 @@ func TestLockChanged(t *testing.T) {
 	step(b, false, true) // a wrote
 	step(b, true, false)
 	step(a, false, true) // b wrote
+
+	// Reading is not a change: two instances must not make each other re-read forever.
+	lb, err := b.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lb.Unlock()
+	step(a, false, false)
 }
 
 func TestGet(t *testing.T) {
