@@ -46,7 +46,7 @@ func inventory(n int) *device.Inventory {
 }
 
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	dir     string
 	inv     *device.Inventory
