@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -188,6 +189,20 @@ func flock(f *os.File, how int) error {
 		err := syscall.Flock(int(f.Fd()), how)
 		if !errors.Is(err, syscall.EINTR) {
 			return err
+		}
+	}
+}
+
+// PruneInstances removes the lock files of instances that are no longer alive, which a process
+// killed without releasing its registration leaves behind (one per crash, otherwise).
+func (l *Locked) PruneInstances() {
+	entries, err := os.ReadDir(filepath.Join(l.s.dir, InstancesDir))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".lock"); ok {
+			l.Alive(id)
 		}
 	}
 }

@@ -160,4 +160,15 @@ func TestRegisterAlive(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("dead instance's file not removed: %v", err)
 	}
+
+	writeFile(t, filepath.Join(a.Dir(), InstancesDir, "inst-dead2.lock"), nil)
+	releaseB, err := lb.Register("inst-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseB()
+	lb.PruneInstances()
+	if got := dirNames(t, filepath.Join(a.Dir(), InstancesDir)); len(got) != 1 || got[0] != "inst-b.lock" {
+		t.Errorf("instances after prune: %v, want only the live one", got)
+	}
 }

@@ -94,6 +94,7 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 	if err != nil {
 		return nil, fmt.Errorf("loading checkpoint: %w", err)
 	}
+	l.PruneInstances()
 	d.reportCorrupt(ctx, loaded.Corrupt)
 	for _, c := range loaded.Corrupt {
 		rep.Corrupt = append(rep.Corrupt, c.Path)
