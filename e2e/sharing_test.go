@@ -36,8 +36,10 @@ func TestDeviceSharing(t *testing.T) {
 	if e.gpuNode, err = c.AddNode(ctx, cluster.NodeOptions{Name: "gpu-node"}); err != nil {
 		t.Fatal(err)
 	}
-	// As the chart runs it: with the pod's UID, so the kubelet can hand over to a new pod.
-	if e.gpuPlugin, err = framework.StartPlugin(ctx, c, e.gpuNode, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa", PodUID: "0a0a0a0a-0000-4000-8000-00000000000a"}); err != nil {
+	// As the chart runs it: with the pod's UID, so the kubelet can hand over to a new pod. The
+	// UID is short because the helper puts it into a socket name, and the harness's directories
+	// are deeper than /var/lib/kubelet/plugins.
+	if e.gpuPlugin, err = framework.StartPlugin(ctx, c, e.gpuNode, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa", PodUID: "old-pod"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitForSlices(ctx, e.client, gpuClass, "gpu-node", 8); err != nil {
@@ -280,7 +282,7 @@ func (e *driverEnv) testRollingUpdate(t *testing.T) {
 	e.checkExclusive(t, nil)
 
 	// The new pod of the update: its start-up reconciliation runs while the old one serves.
-	surge, err := framework.StartPlugin(e.ctx, e.c, e.gpuNode, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa", PodUID: "0b0b0b0b-0000-4000-8000-00000000000b"})
+	surge, err := framework.StartPlugin(e.ctx, e.c, e.gpuNode, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa", PodUID: "new-pod"})
 	if err != nil {
 		t.Fatal(err)
 	}
