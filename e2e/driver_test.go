@@ -359,6 +359,28 @@ func readSpecs(t *testing.T, p *framework.Plugin) map[string]string {
 	return out
 }
 
+// readRecords returns the plugin's checkpoint records by file name.
+func readRecords(t *testing.T, p *framework.Plugin) map[string]string {
+	t.Helper()
+	dir := filepath.Join(p.Node.PluginDataDir(p.Driver), "checkpoint")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, ent := range entries {
+		if !strings.HasSuffix(ent.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[ent.Name()] = string(b)
+	}
+	return out
+}
+
 func (e *driverEnv) testCrashRestart(t *testing.T) {
 	before := readSpecs(t, e.gpuPlugin)
 	// one-gpu, two-gpu-numa, cel-gpu, seven-b hold GPUs.
@@ -370,12 +392,21 @@ func (e *driverEnv) testCrashRestart(t *testing.T) {
 		t.Fatalf("prepared claims before crash: %v, %v", prepared, err)
 	}
 
+	// Nothing is fsynced (docs/node-plugin.md, Durability): a crash of the process must lose
+	// nothing anyway, because the page cache outlives it.
+	recordsBefore := readRecords(t, e.gpuPlugin)
+	if len(recordsBefore) != 4 {
+		t.Fatalf("%d checkpoint records before the crash, want 4: %v", len(recordsBefore), keys(recordsBefore))
+	}
 	e.gpuPlugin.Kill()
 	if err := e.gpuPlugin.Restart(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if after := readSpecs(t, e.gpuPlugin); !equalMaps(before, after) {
 		t.Fatalf("CDI specs changed across a crash: before %v after %v", keys(before), keys(after))
+	}
+	if after := readRecords(t, e.gpuPlugin); !equalMaps(recordsBefore, after) {
+		t.Fatalf("checkpoint records changed across a crash: before %v after %v", keys(recordsBefore), keys(after))
 	}
 	if prepared, err := e.gpuPlugin.Metric("accel_dra_prepared_claims"); err != nil || prepared != 4 {
 		t.Fatalf("prepared claims after restart: %v, %v", prepared, err)

@@ -2,6 +2,7 @@
 # Runs accel-dra's benchmarks against real components and prints per-run results plus medians.
 #   BENCH_COUNT   runs of each benchmark (default 5); medians are taken over them
 #   BENCH_TIME    -benchtime per run (default 2000x for the node plugin)
+#   BENCH_PUBLISHER=0 skips the template publisher's benchmark
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${BENCH_COUNT:-5}
@@ -12,7 +13,7 @@ trap 'rm -f "$out"' EXIT
 
 echo "== node plugin over its gRPC socket, claims in a real apiserver (count=$count, benchtime=$btime)"
 go test -tags e2e -run '^$' -bench . -benchtime "$btime" -count "$count" -timeout 60m ./e2e/bench/ | tee -a "$out"
-if [ -d e2e/publisher ] && grep -rq 'func BenchmarkPublisher' e2e/publisher; then
+if [ "${BENCH_PUBLISHER:-1}" != 0 ] && [ -d e2e/publisher ] && grep -rq 'func BenchmarkPublisher' e2e/publisher; then
   echo "== template publisher against a real apiserver (count=${PUBLISHER_BENCH_COUNT:-1})"
   go test -tags e2e -run '^$' -bench Publisher -benchtime 1x -count "${PUBLISHER_BENCH_COUNT:-1}" -timeout 60m ./e2e/publisher/ | tee -a "$out"
 fi

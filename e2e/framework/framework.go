@@ -106,6 +106,9 @@ type PluginOptions struct {
 	Kubeconfig string
 	// ExtraArgs are appended.
 	ExtraArgs []string
+	// PodUID is what the DaemonSet passes as $POD_UID (--pod-uid): it turns on the kubelet's
+	// rolling update, under which two plugins for one driver may serve a node at once.
+	PodUID string
 }
 
 // Plugin is a node plugin process on a node.
@@ -150,6 +153,9 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 		HTTPAddr: "127.0.0.1:" + strconv.Itoa(port),
 		name:     "plugin-" + n.Name + "-" + strings.Split(o.Driver, ".")[0],
 	}
+	if o.PodUID != "" {
+		p.name += "-" + o.PodUID
+	}
 	// The plugin runs with exactly the args the Helm chart gives its DaemonSet on a mock
 	// cluster; only the host paths, which differ per harness node, and identity are replaced.
 	kind := "gpu"
@@ -171,6 +177,9 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 		"plugin-data-dir": n.PluginDataDir(o.Driver),
 		"http-address":    p.HTTPAddr,
 	})
+	if o.PodUID != "" {
+		args = helm.OverrideFlags(args, map[string]string{"pod-uid": o.PodUID})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("plugin args from the Helm chart: %w", err)
 	}

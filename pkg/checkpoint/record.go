@@ -9,13 +9,21 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
 const (
 	// APIVersion and RecordKind identify the on-disk format. A reader refuses any other
 	// apiVersion rather than guess: a record it cannot interpret is moved aside, never trusted.
-	APIVersion = "checkpoint.accel-dra.io/v1"
-	RecordKind = "PreparedClaim"
+	//
+	// v2 added each device's identity (UUID, device nodes), admin access and the owner of a
+	// PrepareStarted record. v1 records are still read: their new fields are empty, which the
+	// driver takes as "identity not recorded" and fills in from the inventory on restore (a v1
+	// record was written by an older plugin during this same boot, before any index could move).
+	APIVersion   = "checkpoint.accel-dra.io/v2"
+	APIVersionV1 = "checkpoint.accel-dra.io/v1"
+	RecordKind   = "PreparedClaim"
 
 	checksumPrefix = "sha256:"
 )
@@ -40,6 +48,11 @@ type Claim struct {
 	// Env is the environment the claim's CDI spec was given, so that a spec lost from the CDI
 	// directory can be re-created exactly without re-reading the claim's configuration.
 	Env []string `json:"env"`
+	// Owner is the plugin instance that wrote a PrepareStarted record. Another instance (a
+	// rolling update runs two) leaves the record alone while that owner is alive, and rolls it
+	// back once it is not. New fields are omitempty so that a v1 claim encodes, and therefore
+	// checksums, exactly as v1 wrote it.
+	Owner string `json:"owner,omitempty"`
 }
 
 // PreparedDevice is one allocated device of a claim and the CDI IDs handed to the kubelet for it.
@@ -48,6 +61,13 @@ type PreparedDevice struct {
 	Pool         string   `json:"pool"`
 	Device       string   `json:"device"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+	// UUID and Nodes are the identity of the device the claim got. A device name that maps to
+	// another UUID or other nodes after a restart is a different device, and the claim is
+	// refused rather than pointed at it.
+	UUID  string        `json:"uuid,omitempty"`
+	Nodes []device.Node `json:"nodes,omitempty"`
+	// AdminAccess devices are shared with whoever else holds them and hold nothing themselves.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // record is the file format. Claim stays raw while decoding so that the checksum can be checked
@@ -78,7 +98,25 @@ func (c *Claim) validate() error {
 	default:
 		return fmt.Errorf("claim %s: unknown state %q", c.UID, c.State)
 	}
+	if c.Owner != "" {
+		// The owner names a file under instances/.
+		if err := validateUID(c.Owner); err != nil {
+			return fmt.Errorf("claim %s: owner: %w", c.UID, err)
+		}
+	}
 	return nil
+}
+
+func (c *Claim) hasV2Fields() bool {
+	if c.Owner != "" {
+		return true
+	}
+	for _, d := range c.Devices {
+		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess {
+			return true
+		}
+	}
+	return false
 }
 
 // validateUID accepts what Kubernetes generates (UUIDs) and anything else that is a plain,
@@ -151,8 +189,8 @@ func decodeRecord(data []byte) (bootID string, c Claim, err error) {
 	if err := json.Unmarshal(data, &head); err != nil {
 		return "", Claim{}, fmt.Errorf("not a checkpoint record: %w", err)
 	}
-	if head.APIVersion != APIVersion {
-		return "", Claim{}, fmt.Errorf("unsupported apiVersion %q, want %q", head.APIVersion, APIVersion)
+	if head.APIVersion != APIVersion && head.APIVersion != APIVersionV1 {
+		return "", Claim{}, fmt.Errorf("unsupported apiVersion %q, want %q (or %q)", head.APIVersion, APIVersion, APIVersionV1)
 	}
 	if head.Kind != RecordKind {
 		return "", Claim{}, fmt.Errorf("unsupported kind %q, want %q", head.Kind, RecordKind)
@@ -180,6 +218,9 @@ func decodeRecord(data []byte) (bootID string, c Claim, err error) {
 	}
 	if err := c.validate(); err != nil {
 		return "", Claim{}, err
+	}
+	if head.APIVersion == APIVersionV1 && c.hasV2Fields() {
+		return "", Claim{}, fmt.Errorf("apiVersion %s record has fields of %s", APIVersionV1, APIVersion)
 	}
 	return rec.BootID, c, nil
 }

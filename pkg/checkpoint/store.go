@@ -1,14 +1,28 @@
-// Package checkpoint is the plugin's crash-safe memory of prepared claims.
+// Package checkpoint is the plugin's crash-safe memory of prepared claims, and the one place
+// that decides who holds a device on the node.
 //
 // Each claim is one record file, `<dir>/<claimUID>.json`, rather than one file holding every
 // claim: rewriting a shared file makes every prepare cost O(prepared claims) in encoding and
-// I/O, while one file per claim keeps Put and Delete at one small write and two fsyncs whether
-// ten or a thousand claims are prepared. Only Load, at start-up, looks at the whole directory.
+// I/O, while one file per claim keeps Put and Delete at one small write whether ten or a
+// thousand claims are prepared. Only Load, at start-up, looks at the whole directory.
 //
 // A record carries the boot ID and a checksum. A record that cannot be trusted (unreadable,
 // truncated, bad checksum, unknown version) is moved aside into `<dir>/corrupt/` and reported;
 // it never fails Load, because a plugin that refuses to start over one bad file crash-loops and
 // then cannot unprepare anything at all.
+//
+// Several plugin processes may share the directory (a rolling update runs the old and the new
+// pod side by side). Lock takes a node-wide lock, flock(2) on `<dir>/lock`, that every process
+// honours; records are written and removed only under it. The lock file also holds a
+// generation counter that each writer bumps, so a process can keep an in-memory index of the
+// records and learn cheaply, under the lock, whether another process changed the directory
+// since it last looked. Each process also holds a flock on `<dir>/instances/<id>.lock` for its
+// lifetime, which tells the others whether the owner of a half-done record is still alive; the
+// kernel drops it when the process dies, kill -9 included.
+//
+// Nothing is fsynced; see docs/node-plugin.md ("Durability"). A record must outlive a crash of
+// the process, which the page cache gives, and nothing of a boot must outlive a kernel crash,
+// because the boot ID makes the next boot discard every record anyway.
 package checkpoint
 
 import (
@@ -34,6 +48,10 @@ const (
 	// CorruptDir is the sub-directory records that failed to load are moved to, for a human to
 	// look at. Nothing reads it back.
 	CorruptDir = "corrupt"
+	// LockFile is the node-wide lock shared by every plugin process using the directory.
+	LockFile = "lock"
+	// InstancesDir holds one lock file per live plugin process.
+	InstancesDir = "instances"
 )
 
 // Store reads and writes claim records in one directory.
@@ -45,9 +63,17 @@ type Store struct {
 	bootID string
 	// mu is held shared by Put/Delete and exclusively by Load.
 	mu sync.RWMutex
+
+	// lockMu hands the node lock to one goroutine of this process at a time; flock alone
+	// would let every goroutine sharing lockFile in.
+	lockMu   sync.Mutex
+	lockFile *os.File
+	// seenGen is the generation this process last saw or wrote, guarded by the node lock.
+	seenGen uint64
 }
 
-// Corrupt is a record that could not be trusted and was moved aside.
+// Corrupt is a record that could not be trusted and was moved aside. As an error it is what
+// Locked.Get returns for such a record.
 type Corrupt struct {
 	// Path is where the record was.
 	Path string
@@ -55,6 +81,9 @@ type Corrupt struct {
 	MovedTo string
 	Err     error
 }
+
+func (c *Corrupt) Error() string { return c.Err.Error() }
+func (c *Corrupt) Unwrap() error { return c.Err }
 
 // LoadResult is what Load found.
 type LoadResult struct {
@@ -76,8 +105,16 @@ func Open(dir, bootID string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("opening checkpoint: %w", err)
 	}
-	return &Store{dir: dir, bootID: bootID}, nil
+	f, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening checkpoint lock: %w", err)
+	}
+	// No generation is "seen" yet, so the first Lock reports Changed and an index gets built.
+	return &Store{dir: dir, bootID: bootID, lockFile: f, seenGen: ^uint64(0)}, nil
 }
+
+// Close releases the lock file. A Store is not usable afterwards.
+func (s *Store) Close() error { return s.lockFile.Close() }
 
 // Dir is the directory the store keeps its records in.
 func (s *Store) Dir() string { return s.dir }
@@ -85,12 +122,9 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) path(uid string) string { return filepath.Join(s.dir, uid+recordExt) }
 
 // Put records c, replacing any record of the same UID. When it fails the previous record, if
-// any, is intact. A PrepareCompleted record survives a crash or power loss when Put returns nil.
-//
-// A PrepareStarted record is renamed into place without the two fsyncs. It only has to outlive
-// a crash of the plugin process, and the page cache does: the data is lost only when the kernel
-// goes down, which is a reboot, and a reboot starts from a clean slate anyway. Skipping them
-// halves the disk syncs on the prepare path, which the kubelet waits on.
+// any, is intact. The record survives a crash of the process once Put returns (see the
+// package comment for why that is all it needs to survive). Callers that share the directory
+// with other processes use Locked.Put instead.
 func (s *Store) Put(c Claim) error {
 	data, err := encodeRecord(s.bootID, &c)
 	if err != nil {
@@ -98,16 +132,15 @@ func (s *Store) Put(c Claim) error {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.writeAtomic(c.UID, data, c.State == StatePrepareCompleted); err != nil {
+	if err := s.writeAtomic(c.UID, data); err != nil {
 		return fmt.Errorf("checkpointing claim %s/%s (%s): %w", c.Namespace, c.Name, c.UID, err)
 	}
 	return nil
 }
 
-// writeAtomic is the classic sequence: temp file in the same directory, fsync it, rename over
-// the record, fsync the directory so the rename itself is durable. Without durable, the rename
-// is still atomic for readers but the fsyncs are left out.
-func (s *Store) writeAtomic(uid string, data []byte, durable bool) (err error) {
+// writeAtomic writes a temp file in the same directory and renames it over the record, so a
+// reader (or a process that dies half-way) sees the old record or the new one, never a mix.
+func (s *Store) writeAtomic(uid string, data []byte) (err error) {
 	f, err := os.CreateTemp(s.dir, tempPrefix+uid+recordExt+".*"+tempSuffix)
 	if err != nil {
 		return err
@@ -122,22 +155,10 @@ func (s *Store) writeAtomic(uid string, data []byte, durable bool) (err error) {
 		_ = f.Close()
 		return err
 	}
-	if durable {
-		if err = f.Sync(); err != nil {
-			_ = f.Close()
-			return err
-		}
-	}
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, s.path(uid)); err != nil {
-		return err
-	}
-	if !durable {
-		return nil
-	}
-	return syncDir(s.dir)
+	return os.Rename(tmp, s.path(uid))
 }
 
 // Delete removes the record of uid. Deleting a record that does not exist is not an error:
@@ -155,9 +176,6 @@ func (s *Store) Delete(uid string) error {
 	if err != nil {
 		return fmt.Errorf("deleting checkpoint of claim %s: %w", uid, err)
 	}
-	if err := syncDir(s.dir); err != nil {
-		return fmt.Errorf("deleting checkpoint of claim %s: %w", uid, err)
-	}
 	return nil
 }
 
@@ -173,7 +191,6 @@ func (s *Store) Load(ctx context.Context) (*LoadResult, error) {
 		return nil, fmt.Errorf("loading checkpoint: %w", err)
 	}
 	res := &LoadResult{}
-	removedTemp := false
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("loading checkpoint: %w", err)
@@ -181,7 +198,7 @@ func (s *Store) Load(ctx context.Context) (*LoadResult, error) {
 		name := e.Name()
 		path := filepath.Join(s.dir, name)
 		switch {
-		case name == CorruptDir && e.IsDir():
+		case (name == CorruptDir || name == InstancesDir) && e.IsDir():
 			continue
 		case strings.HasPrefix(name, tempPrefix) && strings.HasSuffix(name, tempSuffix):
 			// An interrupted Put: the rename never happened, so the previous record (if any)
@@ -190,7 +207,6 @@ func (s *Store) Load(ctx context.Context) (*LoadResult, error) {
 				logger.Error(err, "Could not remove leftover temporary checkpoint file", "path", path)
 			} else {
 				logger.V(2).Info("Removed leftover temporary checkpoint file", "path", path)
-				removedTemp = true
 			}
 			continue
 		case !strings.HasSuffix(name, recordExt):
@@ -210,11 +226,6 @@ func (s *Store) Load(ctx context.Context) (*LoadResult, error) {
 			continue
 		}
 		res.Claims = append(res.Claims, c)
-	}
-	if removedTemp {
-		if err := syncDir(s.dir); err != nil {
-			logger.Error(err, "Could not sync checkpoint directory", "dir", s.dir)
-		}
 	}
 	sortClaims(res.Claims)
 	sortClaims(res.Stale)
@@ -252,22 +263,7 @@ func (s *Store) moveAside(path string, cause error) Corrupt {
 		return bad
 	}
 	bad.MovedTo = dst
-	// Best effort: if the move is lost in a crash, the next Load simply moves it again.
-	_ = syncDir(cdir)
-	_ = syncDir(s.dir)
 	return bad
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func sortClaims(cs []Claim) {

@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -30,8 +32,12 @@ func testClaim(uid string) Claim {
 		Name:      "train-" + uid[:4],
 		State:     StatePrepareCompleted,
 		Devices: []PreparedDevice{
-			{Request: "gpu", Pool: "node-1", Device: "gpu-0", CDIDeviceIDs: []string{"accel-dra.io/gpu=" + uid + "-gpu-0"}},
-			{Request: "gpu", Pool: "node-1", Device: "gpu-1", CDIDeviceIDs: []string{"accel-dra.io/gpu=" + uid + "-gpu-1"}},
+			{Request: "gpu", Pool: "node-1", Device: "gpu-0", CDIDeviceIDs: []string{"accel-dra.io/gpu=" + uid + "-gpu-0"},
+				UUID: "GPU-0a1b2c3d-0000-0000-0000-000000000000", Nodes: []device.Node{{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}}},
+			{Request: "gpu", Pool: "node-1", Device: "gpu-1", CDIDeviceIDs: []string{"accel-dra.io/gpu=" + uid + "-gpu-1"},
+				UUID: "GPU-0a1b2c3d-0000-0000-0000-000000000001", Nodes: []device.Node{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}}},
+			{Request: "monitor", Pool: "node-1", Device: "gpu-1", CDIDeviceIDs: []string{"accel-dra.io/gpu=" + uid + "-gpu-1"},
+				UUID: "GPU-0a1b2c3d-0000-0000-0000-000000000001", Nodes: []device.Node{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}}, AdminAccess: true},
 		},
 		Env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 	}
@@ -144,6 +150,44 @@ func TestGoldenRecord(t *testing.T) {
 	}
 }
 
+// TestReadsV1Records: records of the previous format stay readable, with no identity, which the
+// driver then fills in from the inventory. A v1 record carrying v2 fields is damage.
+func TestReadsV1Records(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "record-v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, c, err := decodeRecord(data)
+	if err != nil {
+		t.Fatalf("v1 record does not decode: %v", err)
+	}
+	want := Claim{
+		UID: "0e5b6a3c-7f3e-4a59-9d0a-3b1c2d4e5f60", Namespace: "team-a", Name: "train-0e5b", State: StatePrepareCompleted,
+		Devices: []PreparedDevice{
+			{Request: "gpu", Pool: "node-1", Device: "gpu-0", CDIDeviceIDs: []string{"accel-dra.io/gpu=0e5b6a3c-7f3e-4a59-9d0a-3b1c2d4e5f60-gpu-0"}},
+			{Request: "gpu", Pool: "node-1", Device: "gpu-1", CDIDeviceIDs: []string{"accel-dra.io/gpu=0e5b6a3c-7f3e-4a59-9d0a-3b1c2d4e5f60-gpu-1"}},
+		},
+		Env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+	}
+	if boot != thisBoot {
+		t.Errorf("boot = %q", boot)
+	}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("v1 claim (-want +got):\n%s", diff)
+	}
+
+	// The same claim with a UUID, checksummed correctly but labelled v1.
+	c.Devices[0].UUID = "GPU-x"
+	v2, err := encodeRecord(thisBoot, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := bytes.Replace(v2, []byte(APIVersion), []byte(APIVersionV1), 1)
+	if _, _, err := decodeRecord(mixed); err == nil || !strings.Contains(err.Error(), "has fields of") {
+		t.Errorf("v1 record with v2 fields: err = %v", err)
+	}
+}
+
 // TestLoadBadRecords covers every way a record can be untrustworthy. Each must be moved aside,
 // reported with a telling error, and must not stop the good record next to it from loading.
 func TestLoadBadRecords(t *testing.T) {
@@ -192,9 +236,9 @@ func TestLoadBadRecords(t *testing.T) {
 		},
 		"unknown apiVersion": {
 			write: func(t *testing.T, path string) {
-				writeFile(t, path, bytes.Replace(badData, []byte(APIVersion), []byte("checkpoint.accel-dra.io/v2"), 1))
+				writeFile(t, path, bytes.Replace(badData, []byte(APIVersion), []byte("checkpoint.accel-dra.io/v3"), 1))
 			},
-			wantErr: `unsupported apiVersion "checkpoint.accel-dra.io/v2"`,
+			wantErr: `unsupported apiVersion "checkpoint.accel-dra.io/v3"`,
 		},
 		"missing apiVersion": {
 			write:   func(t *testing.T, path string) { writeFile(t, path, []byte(`{"kind":"PreparedClaim"}`)) },
@@ -480,6 +524,9 @@ func dirNames(t *testing.T, dir string) []string {
 	}
 	var names []string
 	for _, e := range entries {
+		if e.Name() == LockFile { // made by Open, not by the call under test
+			continue
+		}
 		names = append(names, e.Name())
 	}
 	return names

@@ -5,9 +5,11 @@ package driver
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	stdslices "slices"
 	"sort"
 	"strings"
@@ -58,9 +60,13 @@ type EventSink interface {
 	Warning(reason, message string)
 }
 
-// Driver is the node plugin's claim logic. It is safe for concurrent use: the kubelet plugin
-// helper runs with serialisation off, because the per-claim work (checkpoint fsyncs, CDI writes)
-// is independent between claims and would otherwise cap throughput at one claim per disk sync.
+// Driver is the node plugin's claim logic. It is safe for concurrent use and for running next to
+// another instance of itself on the same node (a rolling update with surge): the kubelet
+// plugin helper's serialisation is off, and instead every decision about who holds a device is
+// taken under the checkpoint's node-wide lock (checkpoint.Store.Lock) against the records on
+// disk. The lock is held only for the decision and the record write that publishes it; the CDI
+// spec, the slow part, is written outside it, so claims on different devices prepare in
+// parallel.
 type Driver struct {
 	opts    Options
 	kind    device.Kind
@@ -68,13 +74,25 @@ type Driver struct {
 	// publishable are the devices that passed validation; only they can be prepared.
 	publishable map[string]bool
 
-	// claimLocks serialise work on one claim (the kubelet may retry a claim while a first call
-	// is still running) without serialising different claims.
+	// claimLocks serialise this instance's work on one claim (the kubelet may retry a claim
+	// while a first call is still running) without serialising different claims.
 	claimLocks [64]sync.Mutex
 
+	// instance names this process in PrepareStarted records; its liveness is a flock the
+	// checkpoint holds (checkpoint.Locked.Register).
+	instance        string
+	releaseInstance func()
+
+	// The fields below are an index of the checkpoint directory, not a second truth: they are
+	// rebuilt from disk under the node lock whenever another process wrote there (Changed), and
+	// changed only under the node lock. mu lets readers outside the node lock see them.
 	mu       sync.Mutex
-	prepared map[types.UID]*checkpoint.Claim
-	owner    map[string]types.UID // device name -> claim holding it
+	claims   map[types.UID]*checkpoint.Claim // every record of this boot, either state
+	owner    map[string]types.UID            // device UUID -> claim holding it (admin access holds nothing)
+	inflight map[types.UID]bool              // claims this instance is preparing now
+	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
+	// it current costs nothing per prepare however many claims are prepared.
+	completed int
 }
 
 // New builds a Driver and the ResourceSlice content for its inventory. Devices that fail
@@ -90,8 +108,10 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		kind:        opts.Inventory.Kind,
 		devices:     opts.Inventory.Lookup(),
 		publishable: map[string]bool{},
-		prepared:    map[types.UID]*checkpoint.Claim{},
+		claims:      map[types.UID]*checkpoint.Claim{},
 		owner:       map[string]types.UID{},
+		inflight:    map[types.UID]bool{},
+		instance:    newInstanceID(),
 	}
 	built := slices.Build(opts.Inventory, opts.NodeName)
 	for _, name := range built.Published {
@@ -135,7 +155,33 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	opts.Metrics.PublishedDevices.Set(float64(len(built.Published)))
 	logger.Info("Devices found", "driver", opts.DriverName, "published", len(built.Published), "rejected", len(built.Rejected), "failed", len(opts.Inventory.Failed))
+	l, err := opts.State.Lock()
+	if err != nil {
+		return nil, err
+	}
+	d.releaseInstance, err = l.Register(d.instance)
+	l.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	logger.V(2).Info("Registered plugin instance", "instance", d.instance)
 	return d, nil
+}
+
+// newInstanceID is unique per process and start: the PID alone repeats across containers.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%d-%x", os.Getpid(), b)
+}
+
+// Close gives up this instance's registration, as its death would: another instance may then
+// roll back what it left half-prepared.
+func (d *Driver) Close() {
+	if d.releaseInstance != nil {
+		d.releaseInstance()
+		d.releaseInstance = nil
+	}
 }
 
 // Resources is what the kubelet plugin helper should publish. It is built anew on each call
@@ -145,13 +191,16 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 	return slices.Build(d.opts.Inventory, d.opts.NodeName).Resources
 }
 
-// PreparedClaims returns the UIDs of the prepared claims, sorted.
+// PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this
+// instance last saw the checkpoint, sorted.
 func (d *Driver) PreparedClaims() []types.UID {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	uids := make([]types.UID, 0, len(d.prepared))
-	for uid := range d.prepared {
-		uids = append(uids, uid)
+	uids := make([]types.UID, 0, d.completed)
+	for uid, c := range d.claims {
+		if c.State == checkpoint.StatePrepareCompleted {
+			uids = append(uids, uid)
+		}
 	}
 	sort.Slice(uids, func(i, j int) bool { return uids[i] < uids[j] })
 	return uids
@@ -185,26 +234,16 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	lock.Lock()
 	defer lock.Unlock()
 
-	d.mu.Lock()
-	existing := d.prepared[claim.UID]
-	d.mu.Unlock()
-	if existing != nil && existing.State == checkpoint.StatePrepareCompleted {
-		// Idempotent: the kubelet asks again after its own restart. Only a CDI spec lost on a
-		// wiped tmpfs is put back; nothing else is written.
-		if !d.opts.CDI.Exists(string(claim.UID)) {
-			if err := d.writeSpec(existing); err != nil {
-				return nil, fmt.Errorf("claim %s: re-creating CDI spec: %w", klog.KObj(claim), err)
-			}
-		}
-		return toKubelet(existing), nil
-	}
-
 	rec, err := d.plan(claim)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.reserve(rec); err != nil {
+	existing, err := d.reserve(ctx, rec)
+	if err != nil {
 		return nil, err
+	}
+	if existing != nil {
+		return toKubelet(existing), nil
 	}
 	if err := d.commit(ctx, rec); err != nil {
 		d.rollback(ctx, rec)
@@ -236,11 +275,15 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 		if !d.publishable[r.Device] {
 			return nil, fmt.Errorf("claim %s: device %s on node %s is not published (it failed validation) and cannot be prepared", ref, r.Device, d.opts.NodeName)
 		}
+		dev := d.devices[r.Device]
 		rec.Devices = append(rec.Devices, checkpoint.PreparedDevice{
 			Request:      r.Request,
 			Pool:         r.Pool,
 			Device:       r.Device,
 			CDIDeviceIDs: cdi.ResultIDs(d.kind, string(claim.UID), r.Request, r.Device, !firstOfRequest[resourceclaim.BaseRequestRef(r.Request)]),
+			UUID:         dev.UUID,
+			Nodes:        stdslices.Clone(dev.Nodes),
+			AdminAccess:  r.AdminAccess != nil && *r.AdminAccess,
 		})
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
@@ -302,51 +345,288 @@ func appliesTo(names []string, req string) bool {
 	return false
 }
 
-// reserve takes the claim's devices in memory, failing if another claim holds one. This is the
-// driver's last line of defence against two workloads sharing a device.
-func (d *Driver) reserve(rec *checkpoint.Claim) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// reserve decides, under the node lock, whether this instance may prepare rec, and publishes
+// the decision as a PrepareStarted record owned by this instance. This is the driver's last line
+// of defence against two workloads sharing a device, so it looks at what is on disk, not at what
+// this process remembers. If the claim is already prepared it returns the record instead (the
+// kubelet asks again after its own restart, or asks the other instance of a rolling update).
+func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoint.Claim, error) {
+	l, err := d.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Unlock()
+	ref := klog.KRef(rec.Namespace, rec.Name).String()
+
+	cur, found, err := d.get(ctx, l, rec.UID)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		switch {
+		case cur.State == checkpoint.StatePrepareCompleted:
+			return d.restore(ctx, l, &cur)
+		case cur.Owner != d.instance && l.Alive(cur.Owner):
+			return nil, fmt.Errorf("claim %s is being prepared by another instance of the plugin (%s); try again when it is done", ref, cur.Owner)
+		}
+		// Half-done by an instance that died or by an earlier attempt of this one: start over.
+		// The CDI spec, if any, is rewritten below.
+	}
+
 	for _, pd := range rec.Devices {
-		if other, ok := d.owner[pd.Device]; ok && other != types.UID(rec.UID) {
-			return fmt.Errorf("claim %s/%s: device %s is already prepared for claim %s", rec.Namespace, rec.Name, pd.Device, d.describe(other))
+		if pd.AdminAccess {
+			continue
+		}
+		other, held := d.owner[pd.UUID]
+		if !held || other == types.UID(rec.UID) {
+			continue
+		}
+		oc := d.claims[other]
+		if oc != nil && d.abandoned(l, oc) {
+			klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
+			if err := d.forget(l, oc); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s", ref, pd.Device, d.describe(other))
+	}
+
+	rec.State = checkpoint.StatePrepareStarted
+	rec.Owner = d.instance
+	if err := l.Put(*rec); err != nil {
+		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+		return nil, fmt.Errorf("claim %s: checkpoint: %w", ref, err)
+	}
+	d.index(rec)
+	d.inflight[types.UID(rec.UID)] = true
+	return nil, nil
+}
+
+// abandoned reports whether c is a PrepareStarted record nobody is working on any more: its
+// owner is dead, or it is this instance and not preparing it now (a rollback that failed).
+func (d *Driver) abandoned(l *checkpoint.Locked, c *checkpoint.Claim) bool {
+	if c.State != checkpoint.StatePrepareStarted {
+		return false
+	}
+	if c.Owner == d.instance {
+		return !d.inflight[types.UID(c.UID)]
+	}
+	return !l.Alive(c.Owner)
+}
+
+// restore answers a prepare of a claim that is already prepared, after checking that its devices
+// are still the ones it got. Only a CDI spec lost on a wiped tmpfs is written again; it is
+// written under the lock so that an unprepare by the other instance cannot slip in between.
+func (d *Driver) restore(ctx context.Context, l *checkpoint.Locked, cur *checkpoint.Claim) (*checkpoint.Claim, error) {
+	ref := klog.KRef(cur.Namespace, cur.Name)
+	if err := d.verifyIdentity(ctx, l, cur); err != nil {
+		return nil, err
+	}
+	if !d.opts.CDI.Exists(cur.UID) {
+		if err := d.writeSpec(cur); err != nil {
+			return nil, fmt.Errorf("claim %s: re-creating CDI spec: %w", ref, err)
 		}
 	}
-	for _, pd := range rec.Devices {
-		d.owner[pd.Device] = types.UID(rec.UID)
+	return cur, nil
+}
+
+// verifyIdentity refuses a record whose devices are no longer the devices it was prepared with:
+// a device name that now has another UUID or other device nodes is another device, and handing
+// it to the claim would give the container a GPU that another claim may hold. A record written
+// before identities were recorded (checkpoint v1) gets them from the inventory and is rewritten.
+func (d *Driver) verifyIdentity(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim) error {
+	migrated := false
+	for i := range c.Devices {
+		pd := &c.Devices[i]
+		dev, ok := d.devices[pd.Device]
+		var err error
+		switch {
+		case !ok:
+			err = fmt.Errorf("claim %s/%s (%s): device %s (UUID %s) was prepared but is no longer on node %s", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, d.opts.NodeName)
+		case pd.UUID == "":
+			pd.UUID, pd.Nodes, migrated = dev.UUID, stdslices.Clone(dev.Nodes), true
+		case pd.UUID != dev.UUID || !stdslices.Equal(pd.Nodes, dev.Nodes):
+			err = fmt.Errorf("claim %s/%s (%s): device %s was prepared as UUID %s (nodes %s) but is now UUID %s (nodes %s); refusing to give the claim a different device: delete its pod so that the claim is allocated again",
+				c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, nodePaths(pd.Nodes), dev.UUID, nodePaths(dev.Nodes))
+		}
+		if err != nil {
+			d.opts.Metrics.CheckpointErrors.WithLabelValues("identity").Inc()
+			klog.FromContext(ctx).Error(err, "Prepared device changed identity", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device)
+			if d.opts.Events != nil {
+				d.opts.Events.Warning("DeviceIdentityChanged", fmt.Sprintf("%s: %v", d.opts.DriverName, err))
+			}
+			return err
+		}
 	}
-	d.prepared[types.UID(rec.UID)] = rec
+	if migrated {
+		if err := l.Put(*c); err != nil {
+			d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+			return fmt.Errorf("claim %s/%s: checkpoint: %w", c.Namespace, c.Name, err)
+		}
+		d.index(c)
+	}
 	return nil
 }
 
+func nodePaths(nodes []device.Node) string {
+	paths := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		paths = append(paths, n.Path)
+	}
+	return "[" + strings.Join(paths, " ") + "]"
+}
+
 func (d *Driver) describe(uid types.UID) string {
-	if c := d.prepared[uid]; c != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.claims[uid]; c != nil {
 		return fmt.Sprintf("%s/%s (%s)", c.Namespace, c.Name, uid)
 	}
 	return string(uid)
 }
 
-// commit makes the preparation durable: the PrepareStarted record first, so that a crash in
-// between leaves something the next start can roll back, then the CDI spec, then
-// PrepareCompleted.
-func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
-	if err := d.opts.State.Put(*rec); err != nil {
-		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
-		return fmt.Errorf("checkpoint: %w", err)
+// lock takes the node lock and brings the index up to date if another process wrote to the
+// checkpoint since this one last held the lock.
+func (d *Driver) lock(ctx context.Context) (*checkpoint.Locked, error) {
+	l, err := d.opts.State.Lock()
+	if err != nil {
+		return nil, err
 	}
+	if !l.Changed() {
+		return l, nil
+	}
+	loaded, err := l.Load(ctx)
+	if err != nil {
+		l.Unlock()
+		return nil, fmt.Errorf("reading checkpoint: %w", err)
+	}
+	d.reportCorrupt(ctx, loaded.Corrupt)
+	d.reindex(loaded.Claims)
+	return l, nil
+}
+
+// get reads one claim's record under the lock; a corrupt one is reported and treated as absent,
+// as Load does.
+func (d *Driver) get(ctx context.Context, l *checkpoint.Locked, uid string) (checkpoint.Claim, bool, error) {
+	c, found, err := l.Get(uid)
+	var bad *checkpoint.Corrupt
+	if errors.As(err, &bad) {
+		d.reportCorrupt(ctx, []checkpoint.Corrupt{*bad})
+		d.unindex(types.UID(uid))
+		return checkpoint.Claim{}, false, nil
+	}
+	if err != nil {
+		return checkpoint.Claim{}, false, fmt.Errorf("reading checkpoint of claim %s: %w", uid, err)
+	}
+	if !found {
+		d.unindex(types.UID(uid))
+	}
+	return c, found, nil
+}
+
+func (d *Driver) reportCorrupt(ctx context.Context, bad []checkpoint.Corrupt) {
+	for _, c := range bad {
+		d.opts.Metrics.CheckpointErrors.WithLabelValues("corrupt").Inc()
+		klog.FromContext(ctx).Error(c.Err, "Checkpoint record is unreadable and was moved aside; its claim, if still in use, is prepared again when the kubelet asks", "path", c.Path, "movedTo", c.MovedTo)
+		if d.opts.Events != nil {
+			d.opts.Events.Warning("CorruptCheckpoint", fmt.Sprintf("%s: checkpoint record %s was unreadable and moved to %s: %v", d.opts.DriverName, c.Path, c.MovedTo, c.Err))
+		}
+	}
+}
+
+// ownerKey is what ownership is keyed by: the device's UUID, so that a claim keeps its physical
+// device even if that device's name moved; the name for a record without UUID.
+func (d *Driver) ownerKey(pd *checkpoint.PreparedDevice) string {
+	if pd.UUID != "" {
+		return pd.UUID
+	}
+	if dev, ok := d.devices[pd.Device]; ok {
+		return dev.UUID
+	}
+	return "name:" + pd.Device
+}
+
+func (d *Driver) reindex(claims []checkpoint.Claim) {
+	d.mu.Lock()
+	d.claims = make(map[types.UID]*checkpoint.Claim, len(claims))
+	d.owner = make(map[string]types.UID, len(claims))
+	d.completed = 0
+	d.mu.Unlock()
+	for i := range claims {
+		d.index(&claims[i])
+	}
+}
+
+// index records c in the index, replacing what it said about c before.
+func (d *Driver) index(c *checkpoint.Claim) {
+	cp := *c
+	uid := types.UID(c.UID)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unindexLocked(uid)
+	d.claims[uid] = &cp
+	if cp.State == checkpoint.StatePrepareCompleted {
+		d.completed++
+	}
+	for i := range cp.Devices {
+		if !cp.Devices[i].AdminAccess {
+			d.owner[d.ownerKey(&cp.Devices[i])] = uid
+		}
+	}
+	d.opts.Metrics.PreparedClaims.Set(float64(d.completed))
+}
+
+func (d *Driver) unindex(uid types.UID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unindexLocked(uid)
+	d.opts.Metrics.PreparedClaims.Set(float64(d.completed))
+}
+
+func (d *Driver) unindexLocked(uid types.UID) {
+	if c := d.claims[uid]; c != nil {
+		if c.State == checkpoint.StatePrepareCompleted {
+			d.completed--
+		}
+		for i := range c.Devices {
+			if k := d.ownerKey(&c.Devices[i]); d.owner[k] == uid {
+				delete(d.owner, k)
+			}
+		}
+	}
+	delete(d.claims, uid)
+}
+
+// commit makes the claim usable: the CDI spec, outside the lock, then PrepareCompleted, under it,
+// and only if the PrepareStarted record is still this attempt's (an unprepare from the other
+// instance of a rolling update may have removed it meanwhile).
+func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
 	if err := d.writeSpec(rec); err != nil {
 		return err
 	}
+	l, err := d.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	cur, found, err := d.get(ctx, l, rec.UID)
+	if err != nil {
+		return err
+	}
+	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+		return fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
+	}
 	done := *rec
 	done.State = checkpoint.StatePrepareCompleted
-	if err := d.opts.State.Put(done); err != nil {
+	done.Owner = ""
+	if err := l.Put(done); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	d.mu.Lock()
-	d.prepared[types.UID(rec.UID)] = &done
-	d.opts.Metrics.PreparedClaims.Set(float64(len(d.prepared)))
-	d.mu.Unlock()
+	d.index(&done)
+	delete(d.inflight, types.UID(rec.UID))
+	*rec = done
 	klog.FromContext(ctx).V(2).Info("Prepared claim", "claim", klog.KRef(rec.Namespace, rec.Name), "devices", len(rec.Devices))
 	return nil
 }
@@ -380,34 +660,47 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 	return nil
 }
 
-// rollback undoes a failed or half-done preparation; every step is idempotent.
+// rollback undoes a failed preparation, but only the part that is still this attempt's: a
+// record that another instance wrote since is left to it.
 func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 	logger := klog.FromContext(ctx)
-	if err := d.opts.CDI.Remove(rec.UID); err != nil {
-		logger.Error(err, "Rollback: removing CDI spec", "claim", klog.KRef(rec.Namespace, rec.Name))
+	l, err := d.lock(ctx)
+	if err != nil {
+		logger.Error(err, "Rollback: locking checkpoint", "claim", klog.KRef(rec.Namespace, rec.Name))
+		return
 	}
-	if err := d.opts.State.Delete(rec.UID); err != nil {
-		logger.Error(err, "Rollback: deleting checkpoint record", "claim", klog.KRef(rec.Namespace, rec.Name))
+	defer l.Unlock()
+	delete(d.inflight, types.UID(rec.UID))
+	cur, found, err := d.get(ctx, l, rec.UID)
+	if err != nil {
+		logger.Error(err, "Rollback: reading checkpoint record", "claim", klog.KRef(rec.Namespace, rec.Name))
+		return
 	}
-	d.release(types.UID(rec.UID))
+	if found && (cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance) {
+		return
+	}
+	if err := d.forget(l, rec); err != nil {
+		logger.Error(err, "Rollback", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
 }
 
-func (d *Driver) release(uid types.UID) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if rec := d.prepared[uid]; rec != nil {
-		for _, pd := range rec.Devices {
-			if d.owner[pd.Device] == uid {
-				delete(d.owner, pd.Device)
-			}
-		}
+// forget removes every trace of a claim, under the lock: CDI spec, then record (once the record
+// is gone nothing would remove a leftover spec), then its entry in the index.
+func (d *Driver) forget(l *checkpoint.Locked, c *checkpoint.Claim) error {
+	if err := d.opts.CDI.Remove(c.UID); err != nil {
+		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
 	}
-	delete(d.prepared, uid)
-	d.opts.Metrics.PreparedClaims.Set(float64(len(d.prepared)))
+	if err := l.Delete(c.UID); err != nil {
+		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+		return fmt.Errorf("claim %s/%s: deleting checkpoint record: %w", c.Namespace, c.Name, err)
+	}
+	d.unindex(types.UID(c.UID))
+	return nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. A claim this driver does not
-// know is already unprepared, which is success.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Whatever is on disk for a claim is
+// removed, whichever instance prepared it; a claim with nothing on disk is already unprepared,
+// which is success.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	result := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
@@ -428,21 +721,21 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 	lock := d.claimLock(c.UID)
 	lock.Lock()
 	defer lock.Unlock()
-	d.mu.Lock()
-	_, known := d.prepared[c.UID]
-	d.mu.Unlock()
-	if !known {
-		return nil
-	}
-	// The spec goes first: once the record is gone nothing would remove a leftover spec.
+	// The spec goes first and outside the lock: removing it is idempotent and, while the record
+	// stays, nothing can leak.
 	if err := d.opts.CDI.Remove(string(c.UID)); err != nil {
 		return fmt.Errorf("claim %s: removing CDI spec: %w", c.NamespacedName, err)
 	}
-	if err := d.opts.State.Delete(string(c.UID)); err != nil {
+	l, err := d.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	if err := l.Delete(string(c.UID)); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("claim %s: checkpoint: %w", c.NamespacedName, err)
 	}
-	d.release(c.UID)
+	d.unindex(c.UID)
 	klog.FromContext(ctx).V(2).Info("Unprepared claim", "claim", c.NamespacedName)
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
@@ -45,7 +46,7 @@ func inventory(n int) *device.Inventory {
 }
 
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	dir     string
 	inv     *device.Inventory
@@ -80,6 +81,10 @@ func (e *env) start() *ReconcileReport {
 		e.driver = driverName
 	}
 	e.metrics = metrics.NewPlugin(e.driver)
+	if e.drv != nil {
+		// The previous process is gone; its instance lock goes with it.
+		e.drv.Close()
+	}
 	e.drv, err = New(e.ctx, Options{
 		DriverName: e.driver, NodeName: nodeName, Inventory: e.inv,
 		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Kube: e.kube, Events: e.events,
@@ -106,6 +111,7 @@ func (e *env) recordPath(uid types.UID) string {
 
 type result struct {
 	Request, Pool, Device, Driver string
+	Admin                         bool
 }
 
 func claim(uid string, results []result, configs ...resourceapi.DeviceAllocationConfiguration) *resourceapi.ResourceClaim {
@@ -126,6 +132,10 @@ func claim(uid string, results []result, configs ...resourceapi.DeviceAllocation
 		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
 			Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device,
 		})
+		if r.Admin {
+			results := c.Status.Allocation.Devices.Results
+			results[len(results)-1].AdminAccess = ptr.To(true)
+		}
 	}
 	c.Status.Allocation.Devices.Config = configs
 	return c

@@ -21,69 +21,116 @@ type ReconcileReport struct {
 	Stale        []string // claims from before a reboot
 	Orphans      []string // CDI specs no record knew of
 	Corrupt      []string // records moved aside
+	// InFlight are half-prepared claims left alone because the instance preparing them (the
+	// other pod of a rolling update) is alive.
+	InFlight []string
+	// Refused are prepared claims whose device is no longer the device they got (another UUID
+	// or other device nodes under the same name). Their CDI specs are removed so that no new
+	// container gets the wrong device; their records stay until the kubelet unprepares them.
+	Refused []string
 }
 
 // Reconcile brings the node back to the checkpoint's truth after a start. It runs before the
-// plugin registers with the kubelet, so no prepare can race with it.
+// plugin registers with the kubelet, but during a rolling update the other instance is serving,
+// so everything that looks at or changes records is done under the node lock.
 //
 //   - A record from another boot is dropped: after a reboot no container holds a device and the
 //     kubelet prepares again what it still needs, so a clean slate is right.
-//   - PrepareStarted means the plugin died mid-prepare; the kubelet got no answer and will ask
-//     again, so the partial work is undone.
-//   - PrepareCompleted claims are kept, unless the API server says the claim is gone, and a CDI
-//     spec that is missing (the CDI dir is often tmpfs) is written again.
+//   - PrepareStarted means a plugin died mid-prepare, unless its owner is alive (the other
+//     instance, preparing it now), in which case it is left alone; the kubelet got no answer
+//     from the dead one and will ask again, so the partial work is undone.
+//   - PrepareCompleted claims are kept, unless the API server says the claim is gone or its
+//     devices changed identity, and a CDI spec that is missing (the CDI dir is often tmpfs) is
+//     written again.
 //   - A corrupt record has already been moved aside by the store; it is reported, not fatal.
 func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	logger := klog.FromContext(ctx)
-	loaded, err := d.opts.State.Load(ctx)
+	rep := &ReconcileReport{}
+	kept, err := d.reconcileLocked(ctx, rep)
+	if err != nil {
+		return rep, err
+	}
+
+	// Asking the API server is slow; it is done without the lock, and a claim found gone is
+	// dropped only if its record is still the one that was checked.
+	for i := range kept {
+		c := &kept[i]
+		ref := klog.KRef(c.Namespace, c.Name)
+		gone, err := d.claimGone(ctx, c)
+		if err != nil {
+			// The claim cannot be checked now; keeping it is safe because the kubelet will
+			// unprepare it when its pod goes.
+			logger.Error(err, "Cannot check whether claim still exists; keeping it", "claim", ref)
+		}
+		if gone {
+			dropped, err := d.dropIfUnchanged(ctx, c)
+			if err != nil {
+				return rep, err
+			}
+			if dropped {
+				logger.Info("Dropped prepared claim that no longer exists", "claim", ref)
+				rep.Dropped = append(rep.Dropped, c.UID)
+				continue
+			}
+		}
+		rep.Restored = append(rep.Restored, c.UID)
+	}
+	logger.Info("Checkpoint reconciled", "restored", len(rep.Restored), "specsCreated", len(rep.SpecsCreated),
+		"rolledBack", len(rep.RolledBack), "dropped", len(rep.Dropped), "stale", len(rep.Stale),
+		"orphans", len(rep.Orphans), "corrupt", len(rep.Corrupt), "inFlight", len(rep.InFlight), "refused", len(rep.Refused))
+	return rep, nil
+}
+
+// reconcileLocked does the part of Reconcile that needs the node lock, and returns the
+// PrepareCompleted claims it kept.
+func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]checkpoint.Claim, error) {
+	logger := klog.FromContext(ctx)
+	l, err := d.opts.State.Lock()
+	if err != nil {
+		return nil, err
+	}
+	defer l.Unlock()
+	loaded, err := l.Load(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("loading checkpoint: %w", err)
 	}
-	rep := &ReconcileReport{}
+	l.PruneInstances()
+	d.reportCorrupt(ctx, loaded.Corrupt)
 	for _, c := range loaded.Corrupt {
-		d.opts.Metrics.CheckpointErrors.WithLabelValues("corrupt").Inc()
-		logger.Error(c.Err, "Checkpoint record is unreadable and was moved aside; its claim, if still in use, is prepared again when the kubelet asks", "path", c.Path, "movedTo", c.MovedTo)
-		if d.opts.Events != nil {
-			d.opts.Events.Warning("CorruptCheckpoint", fmt.Sprintf("%s: checkpoint record %s was unreadable and moved to %s: %v", d.opts.DriverName, c.Path, c.MovedTo, c.Err))
-		}
 		rep.Corrupt = append(rep.Corrupt, c.Path)
 	}
-	for _, c := range loaded.Stale {
-		if err := d.forget(&c); err != nil {
-			return rep, err
+	d.reindex(loaded.Claims)
+	for i := range loaded.Stale {
+		if err := d.forget(l, &loaded.Stale[i]); err != nil {
+			return nil, err
 		}
-		rep.Stale = append(rep.Stale, c.UID)
+		rep.Stale = append(rep.Stale, loaded.Stale[i].UID)
 	}
 
+	var kept []checkpoint.Claim
 	for i := range loaded.Claims {
 		c := loaded.Claims[i]
 		ref := klog.KRef(c.Namespace, c.Name)
 		if c.State != checkpoint.StatePrepareCompleted {
+			if c.Owner != d.instance && l.Alive(c.Owner) {
+				logger.Info("Leaving half-prepared claim to the live instance preparing it", "claim", ref, "owner", c.Owner)
+				rep.InFlight = append(rep.InFlight, c.UID)
+				continue
+			}
 			logger.Info("Rolling back half-prepared claim", "claim", ref)
-			if err := d.forget(&c); err != nil {
-				return rep, err
+			if err := d.forget(l, &c); err != nil {
+				return nil, err
 			}
 			rep.RolledBack = append(rep.RolledBack, c.UID)
 			continue
 		}
-		if gone, err := d.claimGone(ctx, &c); err != nil {
-			// The claim cannot be checked now; keeping it is safe because the kubelet will
-			// unprepare it when its pod goes.
-			logger.Error(err, "Cannot check whether claim still exists; keeping it", "claim", ref)
-		} else if gone {
-			logger.Info("Dropping prepared claim that no longer exists", "claim", ref)
-			if err := d.forget(&c); err != nil {
-				return rep, err
+		if err := d.verifyIdentity(ctx, l, &c); err != nil {
+			// Keep the record, so that the device stays held and the kubelet's unprepare cleans
+			// up, but take the spec away: it names a device the claim no longer has.
+			if rerr := d.opts.CDI.Remove(c.UID); rerr != nil {
+				return nil, fmt.Errorf("claim %s: removing CDI spec: %w", ref, rerr)
 			}
-			rep.Dropped = append(rep.Dropped, c.UID)
-			continue
-		}
-		if err := d.reserve(&c); err != nil {
-			logger.Error(err, "Prepared claim conflicts with another; dropping it", "claim", ref)
-			if err := d.forget(&c); err != nil {
-				return rep, err
-			}
-			rep.Dropped = append(rep.Dropped, c.UID)
+			rep.Refused = append(rep.Refused, c.UID)
 			continue
 		}
 		if !d.opts.CDI.Exists(c.UID) {
@@ -95,32 +142,40 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 				rep.SpecsCreated = append(rep.SpecsCreated, c.UID)
 			}
 		}
-		rep.Restored = append(rep.Restored, c.UID)
+		kept = append(kept, c)
 	}
 
 	specs, err := d.opts.CDI.List()
 	if err != nil {
-		return rep, fmt.Errorf("listing CDI specs: %w", err)
+		return nil, fmt.Errorf("listing CDI specs: %w", err)
 	}
-	d.mu.Lock()
-	var orphans []string
 	for _, uid := range specs {
-		if _, ok := d.prepared[types.UID(uid)]; !ok {
-			orphans = append(orphans, uid)
+		d.mu.Lock()
+		_, known := d.claims[types.UID(uid)]
+		d.mu.Unlock()
+		if known {
+			continue
 		}
-	}
-	d.mu.Unlock()
-	for _, uid := range orphans {
 		if err := d.opts.CDI.Remove(uid); err != nil {
-			return rep, fmt.Errorf("removing orphaned CDI spec of claim %s: %w", uid, err)
+			return nil, fmt.Errorf("removing orphaned CDI spec of claim %s: %w", uid, err)
 		}
 		rep.Orphans = append(rep.Orphans, uid)
 	}
-	d.opts.Metrics.PreparedClaims.Set(float64(len(d.PreparedClaims())))
-	logger.Info("Checkpoint reconciled", "restored", len(rep.Restored), "specsCreated", len(rep.SpecsCreated),
-		"rolledBack", len(rep.RolledBack), "dropped", len(rep.Dropped), "stale", len(rep.Stale),
-		"orphans", len(rep.Orphans), "corrupt", len(rep.Corrupt))
-	return rep, nil
+	return kept, nil
+}
+
+// dropIfUnchanged forgets c if its record is still PrepareCompleted.
+func (d *Driver) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bool, error) {
+	l, err := d.lock(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer l.Unlock()
+	cur, found, err := d.get(ctx, l, c.UID)
+	if err != nil || !found || cur.State != checkpoint.StatePrepareCompleted {
+		return false, err
+	}
+	return true, d.forget(l, &cur)
 }
 
 func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, error) {
@@ -135,16 +190,4 @@ func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, erro
 		return false, err
 	}
 	return string(got.UID) != c.UID, nil
-}
-
-// forget removes every trace of a claim: CDI spec, record, in-memory ownership.
-func (d *Driver) forget(c *checkpoint.Claim) error {
-	if err := d.opts.CDI.Remove(c.UID); err != nil {
-		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
-	}
-	if err := d.opts.State.Delete(c.UID); err != nil {
-		return fmt.Errorf("claim %s/%s: deleting checkpoint record: %w", c.Namespace, c.Name, err)
-	}
-	d.release(types.UID(c.UID))
-	return nil
 }

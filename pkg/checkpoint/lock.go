@@ -1,0 +1,208 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Locked is the node-wide lock held; see the package comment. Every method must be called
+// before Unlock, from the goroutine that called Lock.
+type Locked struct {
+	s       *Store
+	gen     uint64
+	changed bool
+	bumped  bool
+}
+
+// Lock takes the node-wide lock, waiting for it. Hold it only for decisions and the small record
+// writes that publish them: every prepare on the node queues behind it.
+func (s *Store) Lock() (*Locked, error) {
+	s.lockMu.Lock()
+	if err := flock(s.lockFile, syscall.LOCK_EX); err != nil {
+		s.lockMu.Unlock()
+		return nil, fmt.Errorf("locking checkpoint: %w", err)
+	}
+	gen, err := s.readGen()
+	if err != nil {
+		_ = flock(s.lockFile, syscall.LOCK_UN)
+		s.lockMu.Unlock()
+		return nil, fmt.Errorf("locking checkpoint: %w", err)
+	}
+	return &Locked{s: s, gen: gen, changed: gen != s.seenGen}, nil
+}
+
+// Unlock releases the lock.
+func (l *Locked) Unlock() {
+	l.s.seenGen = l.gen
+	_ = flock(l.s.lockFile, syscall.LOCK_UN)
+	l.s.lockMu.Unlock()
+}
+
+// Changed reports whether another process wrote to the directory since this Store last held the
+// lock, i.e. whether an index built from earlier reads may be out of date. It is true on the
+// first Lock of a Store.
+func (l *Locked) Changed() bool { return l.changed }
+
+// bump advances the generation before the first write of this hold. Before, not after: a
+// process killed between its write and the bump would otherwise leave a change nobody notices.
+func (l *Locked) bump() error {
+	if l.bumped {
+		return nil
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], l.gen+1)
+	if _, err := l.s.lockFile.WriteAt(b[:], 0); err != nil {
+		return fmt.Errorf("checkpoint generation: %w", err)
+	}
+	l.gen++
+	l.bumped = true
+	return nil
+}
+
+func (s *Store) readGen() (uint64, error) {
+	var b [8]byte
+	n, err := s.lockFile.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	if n < len(b) {
+		return 0, nil // new lock file
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// Put is Store.Put under the lock.
+func (l *Locked) Put(c Claim) error {
+	if err := l.bump(); err != nil {
+		return err
+	}
+	return l.s.Put(c)
+}
+
+// Delete is Store.Delete under the lock.
+func (l *Locked) Delete(uid string) error {
+	if err := l.bump(); err != nil {
+		return err
+	}
+	return l.s.Delete(uid)
+}
+
+// Load is Store.Load under the lock. Only under the lock may Load remove temporary files: none
+// then belongs to a write in flight in another process.
+func (l *Locked) Load(ctx context.Context) (*LoadResult, error) {
+	res, err := l.s.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Reading changes nothing another process could have indexed, except moving aside a record
+	// that went bad after it was read; only that is announced. (Bumping on every Load would make
+	// two instances re-read the directory on every hold, each triggering the other.)
+	if len(res.Corrupt) > 0 {
+		if err := l.bump(); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// Get reads the record of one claim of this boot. found is false when there is none or it is
+// from another boot. A record that cannot be trusted is moved aside and returned as a *Corrupt
+// error, with found false.
+func (l *Locked) Get(uid string) (c Claim, found bool, err error) {
+	if err := validateUID(uid); err != nil {
+		return Claim{}, false, err
+	}
+	path := l.s.path(uid)
+	bootID, c, err := l.s.readRecord(path, uid)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Claim{}, false, nil
+	case err != nil:
+		if berr := l.bump(); berr != nil {
+			return Claim{}, false, berr
+		}
+		bad := l.s.moveAside(path, err)
+		return Claim{}, false, &bad
+	case bootID != l.s.bootID:
+		return Claim{}, false, nil
+	}
+	return c, true, nil
+}
+
+// Register marks the calling process as the live instance id until release is called or the
+// process dies. Call it once per process, under the lock, so that a concurrent Alive cannot
+// remove the file between its creation and its flock.
+func (l *Locked) Register(id string) (release func(), err error) {
+	if err := validateUID(id); err != nil {
+		return nil, fmt.Errorf("instance ID: %w", err)
+	}
+	dir := filepath.Join(l.s.dir, InstancesDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("registering instance: %w", err)
+	}
+	path := filepath.Join(dir, id+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("registering instance: %w", err)
+	}
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("registering instance %s: %w", id, err)
+	}
+	return func() {
+		_ = os.Remove(path)
+		_ = f.Close()
+	}, nil
+}
+
+// Alive reports whether the instance id is registered by a live process (this one included).
+// The lock file of a dead instance is removed on the way.
+func (l *Locked) Alive(id string) bool {
+	if validateUID(id) != nil {
+		return false
+	}
+	path := filepath.Join(l.s.dir, InstancesDir, id+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		// Missing: never registered here or already found dead. Any other error: the file
+		// cannot be ours to wait on either.
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = os.Remove(path)
+	return false
+}
+
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
+// PruneInstances removes the lock files of instances that are no longer alive, which a process
+// killed without releasing its registration leaves behind (one per crash, otherwise).
+func (l *Locked) PruneInstances() {
+	entries, err := os.ReadDir(filepath.Join(l.s.dir, InstancesDir))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".lock"); ok {
+			l.Alive(id)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// openPair opens two Stores over one directory, as two plugin processes do.
+func openPair(t *testing.T) (*Store, *Store) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	a, err := Open(dir, thisBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, thisBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	return a, b
+}
+
+func TestLockExcludesOtherStores(t *testing.T) {
+	a, b := openPair(t)
+	la, err := a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{})
+	go func() {
+		lb, err := b.Lock()
+		if err != nil {
+			t.Error(err)
+		} else {
+			lb.Unlock()
+		}
+		close(got)
+	}()
+	select {
+	case <-got:
+		t.Fatal("second store got the lock while the first held it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	la.Unlock()
+	<-got
+}
+
+func TestLockChanged(t *testing.T) {
+	a, b := openPair(t)
+	step := func(s *Store, write bool, wantChanged bool) {
+		t.Helper()
+		l, err := s.Lock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock()
+		if l.Changed() != wantChanged {
+			t.Errorf("Changed() = %v, want %v", l.Changed(), wantChanged)
+		}
+		if write {
+			if err := l.Put(testClaim(uid(1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step(a, false, true)  // first look: nothing known yet
+	step(a, true, false)  // nobody else wrote; own write...
+	step(a, false, false) // ...is not a change for the writer
+	step(b, false, true)
+	step(b, false, false)
+	step(a, true, false)
+	step(b, false, true) // a wrote
+	step(b, true, false)
+	step(a, false, true) // b wrote
+
+	// Reading is not a change: two instances must not make each other re-read forever.
+	lb, err := b.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lb.Unlock()
+	step(a, false, false)
+}
+
+func TestGet(t *testing.T) {
+	a, _ := openPair(t)
+	l, err := a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+	if _, found, err := l.Get(uid(1)); found || err != nil {
+		t.Fatalf("Get of missing record: found %v, err %v", found, err)
+	}
+	c := testClaim(uid(1))
+	if err := l.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := l.Get(uid(1)); !found || err != nil || got.UID != c.UID || len(got.Devices) != len(c.Devices) {
+		t.Fatalf("Get: %+v, %v, %v", got, found, err)
+	}
+	writeFile(t, a.path(uid(2)), []byte("{garbage"))
+	_, found, err := l.Get(uid(2))
+	var bad *Corrupt
+	if found || !errors.As(err, &bad) || bad.MovedTo == "" {
+		t.Fatalf("Get of corrupt record: found %v, err %v", found, err)
+	}
+	if _, err := os.Stat(a.path(uid(2))); !os.IsNotExist(err) {
+		t.Errorf("corrupt record not moved aside: %v", err)
+	}
+	if _, _, err := l.Get("../x"); err == nil {
+		t.Error("Get of invalid UID: want error")
+	}
+}
+
+func TestRegisterAlive(t *testing.T) {
+	a, b := openPair(t)
+	la, err := a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := la.Register("inst-a")
+	la.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Unlock()
+	if !lb.Alive("inst-a") {
+		t.Error("registered instance not alive")
+	}
+	if lb.Alive("inst-never") || lb.Alive("") || lb.Alive("../x") {
+		t.Error("unknown instance alive")
+	}
+	if _, err := lb.Register("inst-a"); err == nil {
+		t.Error("second registration of a live instance: want error")
+	}
+	release()
+	if lb.Alive("inst-a") {
+		t.Error("released instance still alive")
+	}
+
+	// A process that died without releasing leaves its file, unlocked; Alive removes it.
+	path := filepath.Join(a.Dir(), InstancesDir, "inst-dead.lock")
+	writeFile(t, path, nil)
+	if lb.Alive("inst-dead") {
+		t.Error("dead instance alive")
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("dead instance's file not removed: %v", err)
+	}
+
+	writeFile(t, filepath.Join(a.Dir(), InstancesDir, "inst-dead2.lock"), nil)
+	releaseB, err := lb.Register("inst-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseB()
+	lb.PruneInstances()
+	if got := dirNames(t, filepath.Join(a.Dir(), InstancesDir)); len(got) != 1 || got[0] != "inst-b.lock" {
+		t.Errorf("instances after prune: %v, want only the live one", got)
+	}
+}
