@@ -21,6 +21,8 @@ WORKDIR /src
 # The toolchain in the image, never a download; no VCS stamping (.git is not in the context).
 ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 COPY go.mod go.sum ./
+# go.mod replaces the template reader module with this directory.
+COPY api/template/go.mod api/template/go.sum api/template/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # The kubelet plugin needs cgo: go-nvml's types are cgo and it dlopens libnvidia-ml.so.1 at run

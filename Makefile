@@ -22,6 +22,7 @@ build:
 # Unit tests: every package, with the race detector (which needs cgo).
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	cd api/template && CGO_ENABLED=1 $(GO) test -race -count=1 ./... # the reader module, on its own (older) k8s.io/api
 
 # Control plane, kubelet and etcd binaries built from the Go module proxy, cached by version.
 k8s-binaries:
@@ -50,6 +51,7 @@ fmt:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
+	cd api/template && $(GO) vet ./...
 
 # Needs a Docker engine (the CI machine has none; CI runs `make build`, the same go build).
 image:
