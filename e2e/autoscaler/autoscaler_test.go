@@ -181,7 +181,7 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 	if _, err := g.AddMachine(ctx, cl, "source-0", n.Name, true); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := framework.StartPublisher(ctx, c)
+	pub, err := framework.StartPublisher(ctx, c, "--leader-elect=false")
 	if err != nil {
 		t.Fatal(err)
 	}
