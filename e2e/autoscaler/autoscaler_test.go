@@ -367,10 +367,19 @@ func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build str
 			o.latency = time.Since(pending)
 		}
 		o.reason = "NotTriggerScaleUp: " + evs.Items[0].Message
-		// One loop's "no" is the decision; a case that should scale keeps waiting, so that a
-		// slow first loop does not fail it, and a case that should not waits for a second one.
-		return !wantScale && evs.Items[0].Count >= 2, nil
+		// The autoscaler says so once per pod. A case that should scale keeps waiting, so that
+		// a slow first loop does not fail it.
+		return !wantScale, nil
 	})
+	if err == nil && !o.scaled {
+		// A few more loops (--scan-interval=1s) must not scale the group either.
+		time.Sleep(3 * time.Second)
+		md := &clusterv1.MachineDeployment{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+			return o, err
+		}
+		o.scaled = md.Spec.Replicas != nil && *md.Spec.Replicas > 0
+	}
 	if err != nil && !(wantScale && o.reason != "") {
 		return o, fmt.Errorf("no decision: %w; %s", err, framework.DescribePod(ctx, c.Client(), podNS, name))
 	}
