@@ -40,6 +40,8 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked --mount=type=cache,t
       apt-get update -q && apt-get install -y -q --no-install-recommends $pkgs; \
     fi
 COPY go.mod go.sum ./
+# go.mod replaces the template reader module with this directory.
+COPY api/template/go.mod api/template/go.sum api/template/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # The plugin goes to /out/cgo (a glibc base), the publisher and accelctl to /out/static.

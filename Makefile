@@ -19,6 +19,7 @@ build:
 # Unit tests: every package, with the race detector (which needs cgo).
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	cd api/template && CGO_ENABLED=1 $(GO) test -race -count=1 ./... # the reader module, on its own (older) k8s.io/api
 
 # The unit tests of every package the kubelet plugin links, cross compiled for linux/arm64 and
 # run under qemu-user emulation (Debian: gcc-aarch64-linux-gnu, qemu-user, libc6-arm64-cross).
@@ -32,7 +33,7 @@ k8s-binaries:
 
 # End-to-end tests on a real control plane and real kubelets (no Docker).
 e2e: build k8s-binaries
-	KUBE_BIN_DIR=$$(hack/build-k8s.sh) ACCEL_DRA_BIN_DIR=$(BIN) \
+	KUBE_BIN_DIR=$$(hack/build-k8s.sh) AUTOSCALER_BIN_DIR=$$(hack/build-autoscaler.sh) ACCEL_DRA_BIN_DIR=$(BIN) \
 		$(GO) test -tags e2e -count=1 -timeout 45m -v ./e2e/...
 
 # The whole test suite, as CI runs it.
@@ -53,6 +54,7 @@ fmt:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
+	cd api/template && $(GO) vet ./...
 
 # Needs a Docker engine with buildx (the CI machine has none; CI runs `make build`, which runs
 # the same hack/build.sh). One multi-platform image per target, for both architectures; the

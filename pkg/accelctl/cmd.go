@@ -253,8 +253,11 @@ func newSimulateCommand(o *rootOptions, streams IOStreams) *cobra.Command {
 		Short: "Would a new node of a group satisfy these ResourceClaims?",
 		Long: `Runs the scheduler's DRA allocator (k8s.io/dynamic-resource-allocation/structured, with
 kube-scheduler 1.37's default features) for the claims of a file on a fresh node of the group:
-once with the devices of the group's accel-dra template, once with the devices the Cluster
-Autoscaler invents from capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count.
+with the devices of the group's accel-dra template (what an autoscaler with accel-dra's
+clusterapi patch reads), with the devices the Cluster Autoscaler's clusterapi provider invents
+from capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count (with the merged
+slice-count fix), and with those devices as released providers announce them (resourceSliceCount
+0: nothing fits).
 
 The file holds ResourceClaims and ResourceClaimTemplates (all must fit together on the node, as
 for one pod), or one Pod with the claims and templates it references. DeviceClasses come from

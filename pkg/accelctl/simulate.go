@@ -1,8 +1,9 @@
 // Package accelctl is the logic of the accelctl command: showing a node group's template,
 // seeding one, and simulating whether a new node of a group could satisfy ResourceClaims, with
-// the scheduler's own DRA allocator, both on accel-dra's template and on the template the
-// Cluster Autoscaler builds by itself from dra-driver and gpu-count. Everything but the
-// commands' API access works without a cluster.
+// the scheduler's own DRA allocator, on accel-dra's template and on the template the Cluster
+// Autoscaler's clusterapi provider builds by itself from dra-driver and gpu-count, as released
+// and with the merged slice-count fix. Everything but the commands' API access works without a
+// cluster.
 package accelctl
 
 import (
@@ -61,9 +62,14 @@ type Report struct {
 	Group string `json:"group"`
 	// Template is the verdict on accel-dra's template (template.accel-dra.io annotations).
 	Template Verdict `json:"template"`
-	// Builtin is the verdict on the template the autoscaler invents from
-	// capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count.
+	// Builtin is the verdict on the template the autoscaler's clusterapi provider invents from
+	// capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count, with the merged fix
+	// that announces its pool's one slice (resourceSliceCount 1).
 	Builtin Verdict `json:"builtin"`
+	// Pinned is the verdict on the same devices as the provider builds them without that fix
+	// (every release up to the autoscaler commit accel-dra pins): a pool that announces no
+	// slices, which the allocator treats as incomplete.
+	Pinned Verdict `json:"pinned"`
 }
 
 // Verdict says whether the claims fit a template node.
@@ -90,9 +96,9 @@ type ClaimAllocation struct {
 }
 
 // Simulate runs the structured allocator (as the scheduler's and the autoscaler's DRA plugin
-// do) on a new node of the group: once with the devices of the group's accel-dra template and
-// once with the devices the autoscaler's clusterapi provider invents from dra-driver and
-// gpu-count. An allocator error (a CEL selector that fails on a device, for example because it
+// do) on a new node of the group: with the devices of the group's accel-dra template, with the
+// devices the autoscaler's clusterapi provider invents from dra-driver and gpu-count, and with
+// those devices in a pool as the provider announced it before the slice-count fix. An allocator error (a CEL selector that fails on a device, for example because it
 // reads an attribute the device does not have) makes a verdict "does not fit" with Error set,
 // as it makes the scheduler reject the node. An error from Simulate means the group's
 // annotations cannot be turned into a node.
@@ -134,6 +140,19 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		if err := allocate(ctx, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
+		pinned := make([]*resourceapi.ResourceSlice, len(builtin))
+		for i, s := range builtin {
+			pinned[i] = s.DeepCopy()
+			pinned[i].Spec.Pool.ResourceSliceCount = 0
+		}
+		rep.Pinned.Available = true
+		rep.Pinned.Description = "the same devices in a pool with resourceSliceCount 0 (provider without the slice-count fix)"
+		if err := allocate(ctx, &rep.Pinned, node, pinned, in.Classes, in.Claims); err != nil {
+			return nil, err
+		}
+	}
+	if !rep.Pinned.Available {
+		rep.Pinned.Description = rep.Builtin.Description
 	}
 	if reason := podNodeMismatch(in.Pod, node); reason != "" {
 		for _, v := range []*Verdict{&rep.Template, &rep.Builtin} {
@@ -239,7 +258,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, v := range []struct {
 		name string
 		v    Verdict
-	}{{"accel-dra template", r.Template}, {"autoscaler built-in (dra-driver/gpu-count)", r.Builtin}} {
+	}{
+		{"accel-dra template", r.Template},
+		{"autoscaler built-in (dra-driver/gpu-count), with the slice-count fix", r.Builtin},
+		{"autoscaler built-in as released (resourceSliceCount 0)", r.Pinned},
+	} {
 		verdict := "NO"
 		if v.v.Fits {
 			verdict = "YES"

@@ -165,6 +165,12 @@ func TestSimulate(t *testing.T) {
 			if !rep.Template.Fits && rep.Template.Available && rep.Template.Reason == "" {
 				t.Error("no reason why the claims do not fit")
 			}
+			// The provider without the slice-count fix announces a pool without slices: the
+			// allocator never uses it, whatever the claim asks.
+			if rep.Pinned.Available != rep.Builtin.Available || rep.Pinned.Fits || rep.Pinned.Available && rep.Pinned.Reason == "" {
+				t.Errorf("pinned provider: available %v fits %v reason %q; want available like the fixed one (%v), no fit, a reason",
+					rep.Pinned.Available, rep.Pinned.Fits, rep.Pinned.Reason, rep.Builtin.Available)
+			}
 			// A selector on an attribute the built-in devices lack is an allocator error
 			// there (the scheduler rejects the node), never on the full template.
 			wantErr := strings.Contains(tc.file, "productName") || strings.Contains(tc.file, "memory.compareTo")

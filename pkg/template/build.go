@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	apitemplate "github.com/accel-dra/accel-dra/api/template"
 )
 
 // ErrIncompletePool is returned by Build when a pool of the node is being updated: its newest
@@ -139,7 +141,10 @@ func mergePool(driver, pool string, poolSlices []*resourceapi.ResourceSlice, kee
 	pta, skip := "", ""
 	for _, s := range current {
 		if len(s.Spec.Devices) > 0 {
-			ops := slices.Clone(s.Spec.SkipNodeOperations)
+			ops := make([]string, len(s.Spec.SkipNodeOperations))
+			for i, op := range s.Spec.SkipNodeOperations {
+				ops[i] = string(op)
+			}
 			slices.Sort(ops)
 			// The slice-level fields are kept once per pool; a pool whose device slices
 			// disagree cannot be merged without losing what the driver meant.
@@ -190,29 +195,17 @@ func mergePool(driver, pool string, poolSlices []*resourceapi.ResourceSlice, kee
 }
 
 // normalize sorts everything whose order carries no meaning, so that equal templates encode
-// to equal bytes. Order that does carry meaning (list attribute values, binding conditions) is
-// kept.
+// to equal bytes: what the reader sorts, and the compatibility groups of counter consumptions,
+// which only this module's k8s.io/api has. Order that does carry meaning (list attribute
+// values, binding conditions) is kept.
 func (t *Template) normalize() {
-	slices.Sort(t.IdentityAttributes)
-	slices.SortFunc(t.Drivers, func(a, b Driver) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.PoolSuffix, b.PoolSuffix))
-	})
+	t.api().Normalize()
 	for i := range t.Drivers {
-		d := &t.Drivers[i]
-		slices.Sort(d.SkipNodeOperations)
-		slices.SortFunc(d.SharedCounters, func(a, b resourceapi.CounterSet) int { return cmp.Compare(a.Name, b.Name) })
-		slices.SortFunc(d.Devices, func(a, b resourceapi.Device) int { return cmp.Compare(a.Name, b.Name) })
-		for j := range d.Devices {
-			dev := &d.Devices[j]
-			slices.SortFunc(dev.ConsumesCounters, func(a, b resourceapi.DeviceCounterConsumption) int {
-				return cmp.Compare(a.CounterSet, b.CounterSet)
-			})
+		for j := range t.Drivers[i].Devices {
+			dev := &t.Drivers[i].Devices[j]
 			for k := range dev.ConsumesCounters {
 				slices.Sort(dev.ConsumesCounters[k].CompatibilityGroups)
 			}
-			slices.SortFunc(dev.Taints, func(a, b resourceapi.DeviceTaint) int {
-				return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value), cmp.Compare(a.Effect, b.Effect))
-			})
 		}
 	}
 }
@@ -240,13 +233,9 @@ func (m identityMatcher) match(fq string) bool {
 	return m.exact[fq] || m.ids[id]
 }
 
-// qualify returns the fully qualified name of an attribute of a device of the driver: a name
-// without a domain is in the driver's domain.
+// qualify returns the fully qualified name of an attribute of a device of the driver.
 func qualify(driver string, name resourceapi.QualifiedName) string {
-	if strings.Contains(string(name), "/") {
-		return string(name)
-	}
-	return driver + "/" + string(name)
+	return apitemplate.Qualify(driver, name)
 }
 
 // assignPlaceholders replaces identity attribute values in place and returns the fully

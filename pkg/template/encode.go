@@ -3,13 +3,11 @@ package template
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
-	resourceapi "k8s.io/api/resource/v1"
+	apitemplate "github.com/accel-dra/accel-dra/api/template"
 )
 
 // Encode returns the annotations that store the template: VersionAnnotation, HashAnnotation,
@@ -90,7 +88,7 @@ func (t *Template) Equal(o *Template) bool {
 // marshal returns the canonical JSON document of a valid template: a normalized copy, so that
 // the order in which a caller built the template does not matter.
 func (t *Template) marshal() ([]byte, error) {
-	c := t.deepCopy()
+	c := (*Template)(t.api().DeepCopy())
 	c.normalize()
 	if c.Drivers == nil {
 		c.Drivers = []Driver{}
@@ -102,41 +100,4 @@ func (t *Template) marshal() ([]byte, error) {
 	return json.Marshal(c)
 }
 
-func (t *Template) deepCopy() *Template {
-	c := &Template{
-		APIVersion:         t.APIVersion,
-		Kind:               t.Kind,
-		IdentityAttributes: append(t.IdentityAttributes[:0:0], t.IdentityAttributes...),
-	}
-	if t.Drivers != nil {
-		c.Drivers = make([]Driver, len(t.Drivers))
-	}
-	for i, d := range t.Drivers {
-		cd := Driver{Name: d.Name, PoolSuffix: d.PoolSuffix}
-		if d.PartitionTypeAttribute != nil {
-			cd.PartitionTypeAttribute = new(*d.PartitionTypeAttribute)
-		}
-		if d.SkipNodeOperations != nil {
-			cd.SkipNodeOperations = append(d.SkipNodeOperations[:0:0], d.SkipNodeOperations...)
-		}
-		if d.SharedCounters != nil {
-			cd.SharedCounters = make([]resourceapi.CounterSet, len(d.SharedCounters))
-			for j := range d.SharedCounters {
-				d.SharedCounters[j].DeepCopyInto(&cd.SharedCounters[j])
-			}
-		}
-		if d.Devices != nil {
-			cd.Devices = make([]resourceapi.Device, len(d.Devices))
-			for j := range d.Devices {
-				d.Devices[j].DeepCopyInto(&cd.Devices[j])
-			}
-		}
-		c.Drivers[i] = cd
-	}
-	return c
-}
-
-func hashOf(doc []byte) string {
-	sum := sha256.Sum256(doc)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func hashOf(doc []byte) string { return apitemplate.DocumentHash(doc) }

@@ -1,10 +1,7 @@
 package template
 
 import (
-	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -13,173 +10,34 @@ import (
 
 // validate checks that every ResourceSlice the template produces would pass the API server's
 // validation (for any valid node name), that cross-references inside each pool hold, and that
-// the template is within the format's limits. The checks follow
-// k8s.io/kubernetes/pkg/apis/resource/validation (v1.37); what they leave out is listed in
-// docs/template-format.md.
+// the template is within the format's limits: the reader's checks (apitemplate.Template.Validate)
+// and then the API server's rules for every device, including the fields that only this
+// module's k8s.io/api has (k8s.io/kubernetes/pkg/apis/resource/validation, v1.37). What they
+// leave out is listed in docs/template-format.md.
 func (t *Template) validate() error {
-	if t.APIVersion != APIVersion {
-		return fmt.Errorf("unsupported apiVersion %q, want %q", t.APIVersion, APIVersion)
+	if err := t.api().Validate(); err != nil {
+		return err
 	}
-	if t.Kind != Kind {
-		return fmt.Errorf("unsupported kind %q, want %q", t.Kind, Kind)
-	}
-	if len(t.IdentityAttributes) > MaxIdentityAttributes {
-		return fmt.Errorf("identityAttributes: %d entries, at most %d allowed", len(t.IdentityAttributes), MaxIdentityAttributes)
-	}
-	identity := map[string]bool{}
-	for _, fq := range t.IdentityAttributes {
-		if err := apivalidation.FullyQualifiedName(string(fq)); err != nil {
-			return fmt.Errorf("identityAttributes %q: %w", fq, err)
-		}
-		identity[string(fq)] = true
-	}
-	if len(t.Drivers) > MaxPools {
-		return fmt.Errorf("drivers: %d entries, at most %d allowed", len(t.Drivers), MaxPools)
-	}
-	devices, counterSets := 0, 0
-	seen := map[[2]string]bool{}
 	for i := range t.Drivers {
 		d := &t.Drivers[i]
-		devices += len(d.Devices)
-		counterSets += len(d.SharedCounters)
-		// Checked before the entries are looked at, so that a hostile document costs little.
-		if devices > MaxDevices {
-			return fmt.Errorf("more than %d devices", MaxDevices)
-		}
-		if counterSets > MaxCounterSets {
-			return fmt.Errorf("more than %d shared counter sets", MaxCounterSets)
-		}
-		k := [2]string{d.Name, d.PoolSuffix}
-		if seen[k] {
-			return fmt.Errorf("driver %s pool suffix %q: listed twice", d.Name, d.PoolSuffix)
-		}
-		seen[k] = true
-		if err := d.validate(identity); err != nil {
+		if err := validateDriver(d); err != nil {
 			return fmt.Errorf("driver %s pool suffix %q: %w", d.Name, d.PoolSuffix, err)
 		}
 	}
 	return nil
 }
 
-func (d *Driver) validate(identity map[string]bool) error {
-	if err := apivalidation.DriverName(d.Name); err != nil {
-		return fmt.Errorf("name: %w", err)
+func validateDriver(d *Driver) error {
+	ops := make([]resourceapi.SkipNodeOperation, len(d.SkipNodeOperations))
+	for i, op := range d.SkipNodeOperations {
+		ops[i] = resourceapi.SkipNodeOperation(op)
 	}
-	// Any valid node name is a DNS subdomain ending in an alphanumeric character; "a" stands
-	// for it here, the full pool name is checked again by ResourceSlices.
-	if err := apivalidation.PoolName("a" + d.PoolSuffix); err != nil {
-		return fmt.Errorf("poolSuffix: %w", err)
-	}
-	if len(d.PoolSuffix) > resourceapi.PoolNameMaxLength-1 {
-		return fmt.Errorf("poolSuffix: longer than %d characters", resourceapi.PoolNameMaxLength-1)
-	}
-	if err := apivalidation.SkipNodeOperations(d.SkipNodeOperations); err != nil {
+	if err := apivalidation.SkipNodeOperations(ops); err != nil {
 		return fmt.Errorf("skipNodeOperations: %w", err)
 	}
-
-	counters := map[string]map[string]bool{}
-	for i, cs := range d.SharedCounters {
-		if err := apivalidation.CounterSet(cs); err != nil {
-			return fmt.Errorf("sharedCounters[%d]: %w", i, err)
-		}
-		if counters[cs.Name] != nil {
-			return fmt.Errorf("sharedCounters[%d]: duplicate counter set %q", i, cs.Name)
-		}
-		counters[cs.Name] = map[string]bool{}
-		for name := range cs.Counters {
-			counters[cs.Name][name] = true
-		}
-	}
-
-	names := map[string]bool{}
-	consumers := false
 	for i := range d.Devices {
-		dev := &d.Devices[i]
-		if err := validateDevice(d.Name, dev, identity); err != nil {
-			return fmt.Errorf("device %q: %w", dev.Name, err)
-		}
-		if names[dev.Name] {
-			return fmt.Errorf("device %q: listed twice", dev.Name)
-		}
-		names[dev.Name] = true
-		for _, cc := range dev.ConsumesCounters {
-			set := counters[cc.CounterSet]
-			if set == nil {
-				return fmt.Errorf("device %q: counter set %q not found", dev.Name, cc.CounterSet)
-			}
-			for name := range cc.Counters {
-				if !set[name] {
-					return fmt.Errorf("device %q: counter %q not found in counter set %q", dev.Name, name, cc.CounterSet)
-				}
-			}
-		}
-		if len(dev.ConsumesCounters) > 0 {
-			consumers = true
-			if d.PartitionTypeAttribute != nil {
-				name := string(*d.PartitionTypeAttribute)
-				a, ok := dev.Attributes[resourceapi.QualifiedName(name)]
-				if bare, cut := strings.CutPrefix(name, d.Name+"/"); !ok && cut {
-					a, ok = dev.Attributes[resourceapi.QualifiedName(bare)]
-				}
-				if !ok || a.StringValue == nil {
-					return fmt.Errorf("device %q: consumes counters, so it needs the partitionTypeAttribute %q as a string", dev.Name, name)
-				}
-			}
-		}
-	}
-	if p := d.PartitionTypeAttribute; p != nil {
-		if err := apivalidation.FullyQualifiedName(string(*p)); err != nil {
-			return fmt.Errorf("partitionTypeAttribute: %w", err)
-		}
-		if !consumers {
-			return errors.New("partitionTypeAttribute: set, but no device consumes counters")
-		}
-	}
-	return nil
-}
-
-func validateDevice(driver string, dev *resourceapi.Device, identity map[string]bool) error {
-	if err := apivalidation.Device(dev); err != nil {
-		return err
-	}
-	// Node selection belongs to the node a template is instantiated for, not to the template.
-	if dev.NodeName != nil || dev.NodeSelector != nil || dev.AllNodes != nil {
-		return errors.New("per-device node selection (nodeName, nodeSelector, allNodes) is not supported")
-	}
-	for name, a := range dev.Attributes {
-		if identity[qualify(driver, name)] {
-			if err := validatePlaceholder(a); err != nil {
-				return fmt.Errorf("identity attribute %q: %w", name, err)
-			}
-		}
-	}
-	for i, taint := range dev.Taints {
-		if taint.TimeAdded != nil {
-			return fmt.Errorf("taints[%d]: timeAdded is node state and must not be in a template", i)
-		}
-	}
-	return nil
-}
-
-// validatePlaceholder checks that ResourceSlices can make the value node-specific.
-func validatePlaceholder(a resourceapi.DeviceAttribute) error {
-	var strs, vers []string
-	if a.StringValue != nil {
-		strs = append(strs, *a.StringValue)
-	}
-	strs = append(strs, a.StringValues...)
-	if a.VersionValue != nil {
-		vers = append(vers, *a.VersionValue)
-	}
-	vers = append(vers, a.VersionValues...)
-	for _, v := range slices.Concat(strs, vers) {
-		if len(v) > MaxPlaceholderLength {
-			return fmt.Errorf("placeholder %q longer than %d characters", v, MaxPlaceholderLength)
-		}
-	}
-	for _, v := range vers {
-		if strings.Contains(v, "+") {
-			return fmt.Errorf("version placeholder %q must not have build metadata", v)
+		if err := apivalidation.Device(&d.Devices[i]); err != nil {
+			return fmt.Errorf("device %q: %w", d.Devices[i].Name, err)
 		}
 	}
 	return nil

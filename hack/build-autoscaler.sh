@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the real Cluster Autoscaler (clusterapi provider) three ways from the pinned, unmodified
+# sources in ../shared/third_party/cluster-autoscaler, caches the binaries by the hash of
+# everything they are built from, and prints the directory that holds them:
+#
+#   cluster-autoscaler-pinned     as pinned (synthetic template pool with resourceSliceCount 0)
+#   cluster-autoscaler-slicefix   with the merged, unreleased fix (resourceSliceCount 1)
+#   cluster-autoscaler-accel-dra  with hack/autoscaler/accel-dra-template.patch: the fix, and the
+#                                 provider builds template nodes' ResourceSlices from the
+#                                 template.accel-dra.io annotations with this repo's api/template
+#
+#   hack/build-autoscaler.sh           # build (or reuse) and print the bin dir
+#   hack/build-autoscaler.sh --test    # also run the patched provider's own unit tests
+#
+# Sources: $AUTOSCALER_SRC (default ../shared/third_party/cluster-autoscaler beside this clone).
+# Cache: $ACCEL_DRA_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+src=${AUTOSCALER_SRC:-$repo/../shared/third_party/cluster-autoscaler}
+src=$(cd "$src" && pwd)
+run_tests=false
+[ "${1:-}" = --test ] && run_tests=true
+
+log() { echo "build-autoscaler: $*" >&2; }
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+# Everything the binaries are built from: the sources, the patches, the reader module, the Go
+# release. Any change gives a new directory; old ones stay until the cache is cleared.
+key=$(
+  {
+    (cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+    (cd "$repo" && sha256sum hack/autoscaler/*.patch && find api/template -type f ! -name '*_test.go' ! -path '*/testdata/*' -print0 | sort -z | xargs -0 sha256sum)
+    go version
+  } | sha256sum | cut -c1-16
+)
+cache=${ACCEL_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra}
+bindir="$cache/bin/cluster-autoscaler-$key"
+variants=(pinned slicefix accel-dra)
+
+complete() {
+  for v in "${variants[@]}"; do [ -x "$bindir/cluster-autoscaler-$v" ] || return 1; done
+}
+if complete && ! $run_tests; then echo "$bindir"; exit 0; fi
+
+mkdir -p "$bindir"
+# Concurrent runs (parallel test packages, a second shell) would write the same .tmp files; the
+# later one waits here and then finds the binaries built.
+exec 9>"$bindir/.lock"
+if command -v flock >/dev/null; then
+  flock 9 || { log "waiting for the build lock failed"; exit 1; }
+  if complete && ! $run_tests; then echo "$bindir"; exit 0; fi
+fi
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+cp -r "$src/core" "$work/core"
+cp -r "$repo/api/template" "$work/api-template"
+chmod -R u+w "$work"
+
+# prepare VARIANT PATCH...: a copy of the autoscaler module with the patches applied.
+prepare() {
+  local v=$1; shift
+  cp -r "$src/autoscaler" "$work/$v"
+  chmod -R u+w "$work/$v"
+  cd "$work/$v"
+  for p in "$@"; do patch -s -p1 < "$repo/hack/autoscaler/$p"; done
+  go mod edit -replace "sigs.k8s.io/cluster-autoscaler=$work/core"
+  if grep -q accel-dra/api/template go.mod; then
+    go mod edit -replace "github.com/accel-dra/accel-dra/api/template=$work/api-template"
+  fi
+}
+
+for v in "${variants[@]}"; do
+  case $v in
+    pinned) prepare "$v" ;;
+    slicefix) prepare "$v" slice-count-fix.patch ;;
+    accel-dra) prepare "$v" accel-dra-template.patch ;;
+  esac
+  if [ ! -x "$bindir/cluster-autoscaler-$v" ]; then
+    log "go build cluster-autoscaler-$v (cold: about as long as one Kubernetes component)"
+    go build -tags clusterapi -trimpath -ldflags "-s -w" -o "$bindir/cluster-autoscaler-$v.tmp" .
+    mv "$bindir/cluster-autoscaler-$v.tmp" "$bindir/cluster-autoscaler-$v"
+  fi
+done
+
+if $run_tests; then
+  log "go test the patched clusterapi provider"
+  cd "$work/accel-dra" && go test -count=1 -tags clusterapi ./cloudprovider/clusterapi/ >&2
+fi
+echo "$bindir"
