@@ -133,7 +133,7 @@ func Decide(in Input, cfg Config) Plan {
 	set := func(m map[string]string) { maps.Copy(desired, m) }
 	keepTemplate := func() {
 		keep(nodegroup.TemplateKeys...)
-		keep(nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
+		keep(nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
 	}
 
 	if len(in.Nodes) == 0 {
