@@ -41,6 +41,7 @@ const (
 	indexMachineSetByMD      = "accel-dra.io/machineset-deployment"
 	indexSliceByNode         = "accel-dra.io/slice-node"
 	indexGroupByCopyFrom     = "accel-dra.io/copy-from"
+	indexGroupByCluster      = "accel-dra.io/cluster"
 )
 
 // pendingRetry is how soon a group is looked at again when a node's pool was mid-update.
@@ -61,6 +62,9 @@ type Reconciler struct {
 	Config       Config
 	BuildOptions template.BuildOptions
 	FieldManager string
+	// Workloads reads the nodes of each group's workload cluster in management mode; nil in
+	// self-managed mode, where Client reads them.
+	Workloads *WorkloadClusters
 
 	mu sync.Mutex
 	// nodeTemplates caches the template of each node by the identity of its slices, so that
@@ -108,7 +112,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Res
 		return reconcile.Result{}, nil
 	}
 
-	nodes, err := r.groupNodes(ctx, key, obj)
+	nodeReader, cluster := client.Reader(r.Client), (*ClusterRef)(nil)
+	if r.Workloads != nil {
+		ref := ClusterOf(obj)
+		cluster = &ref
+		wr, err := r.Workloads.Reader(ctx, ref)
+		if err != nil {
+			// Keep whatever the group has: its nodes are not gone, only out of sight.
+			r.report(ctx, key, obj, []Problem{{ReasonWorkloadClusterUnreachable, err.Error()}})
+			return reconcile.Result{RequeueAfter: r.Workloads.ProbeInterval}, nil
+		}
+		nodeReader = wr
+	}
+	nodes, err := r.groupNodes(ctx, key, obj, nodeReader, cluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -197,8 +213,9 @@ func (r *Reconciler) getGroup(ctx context.Context, key GroupKey) (client.Object,
 	return obj, r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, obj)
 }
 
-// groupNodes returns the nodes of the group's current MachineSet with their templates.
-func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Object) ([]NodeInput, error) {
+// groupNodes returns the nodes of the group's current MachineSet with their templates, read
+// through nodes (the workload cluster's cache in management mode).
+func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Object, nodes client.Reader, cluster *ClusterRef) ([]NodeInput, error) {
 	ms, ok := obj.(*clusterv1.MachineSet)
 	if !ok {
 		var list clusterv1.MachineSetList
@@ -226,16 +243,16 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 		}
 		seen.Insert(name)
 		node := &corev1.Node{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
+		if err := nodes.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("getting node %s: %w", name, err)
 		}
 		var sliceList resourceapi.ResourceSliceList
-		if err := r.Client.List(ctx, &sliceList, client.MatchingFields{indexSliceByNode: name}); err != nil {
+		if err := nodes.List(ctx, &sliceList, client.MatchingFields{indexSliceByNode: name}); err != nil {
 			return nil, fmt.Errorf("listing ResourceSlices of node %s: %w", name, err)
 		}
-		out = append(out, r.nodeTemplate(node, sliceList.Items))
+		out = append(out, r.nodeTemplate(nodeCacheKey(cluster, name), node, sliceList.Items))
 	}
 	slices.SortFunc(out, func(a, b NodeInput) int { return strings.Compare(a.Node.Name, b.Node.Name) })
 	return out, nil
@@ -243,7 +260,7 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 
 // nodeTemplate builds (or takes from the cache) the template of a node's slices of the
 // configured drivers.
-func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceSlice) NodeInput {
+func (r *Reconciler) nodeTemplate(cacheName string, node *corev1.Node, all []resourceapi.ResourceSlice) NodeInput {
 	var mine []resourceapi.ResourceSlice
 	ids := make([]string, 0, len(all))
 	for _, s := range all {
@@ -261,7 +278,7 @@ func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceS
 	cacheKey := strings.Join(ids, ",")
 
 	r.mu.Lock()
-	cached, ok := r.nodeTemplates[node.Name]
+	cached, ok := r.nodeTemplates[cacheName]
 	r.mu.Unlock()
 	if !ok || cached.key != cacheKey {
 		cached = nodeTemplate{key: cacheKey}
@@ -276,14 +293,22 @@ func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceS
 		if r.nodeTemplates == nil {
 			r.nodeTemplates = map[string]nodeTemplate{}
 		}
-		r.nodeTemplates[node.Name] = cached
+		r.nodeTemplates[cacheName] = cached
 		r.mu.Unlock()
 	}
 	in.Template, in.Hash, in.Err = cached.t, cached.hash, cached.err
 	return in
 }
 
-// ForgetNode drops a deleted node's cached template.
+// nodeCacheKey names a node in the template cache: node names repeat across workload clusters.
+func nodeCacheKey(cluster *ClusterRef, node string) string {
+	if cluster == nil {
+		return node
+	}
+	return cluster.String() + "/" + node
+}
+
+// ForgetNode drops a deleted node's cached template (name from nodeCacheKey).
 func (r *Reconciler) ForgetNode(name string) {
 	r.mu.Lock()
 	delete(r.nodeTemplates, name)

@@ -284,9 +284,9 @@ func TestEventMapping(t *testing.T) {
 		got  []GroupKey
 		want []GroupKey
 	}{
-		{"node of an MD's machine", e.r.groupsOfNode(e.ctx, "n1"), []GroupKey{mdKey}},
-		{"node of a bare MS's machine", e.r.groupsOfNode(e.ctx, "n2"), []GroupKey{bareKey}},
-		{"node without machine", e.r.groupsOfNode(e.ctx, "n3"), nil},
+		{"node of an MD's machine", e.r.groupsOfNode(e.ctx, nil, "n1"), []GroupKey{mdKey}},
+		{"node of a bare MS's machine", e.r.groupsOfNode(e.ctx, nil, "n2"), []GroupKey{bareKey}},
+		{"node without machine", e.r.groupsOfNode(e.ctx, nil, "n3"), nil},
 		{"slice of a node", e.r.groupsOfSlice(e.ctx, slice, false), []GroupKey{mdKey}},
 		{"slice of another driver", e.r.groupsOfSlice(e.ctx, otherDriver, false), nil},
 		{"machineset", e.r.groupsOfMachineSet(e.ctx, ms, false), []GroupKey{mdKey}},
