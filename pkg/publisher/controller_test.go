@@ -467,3 +467,85 @@ func TestConflictProblem(t *testing.T) {
 		t.Errorf("conflictProblem(other error) = %+v, want nil", p)
 	}
 }
+
+func TestManagementModeUnreachableKeepsAnnotations(t *testing.T) {
+	md := machineDeployment("gpu", map[string]string{nodegroup.CPUKey: "96", template.HashAnnotation: "sha256:kept"})
+	ms := machineSet("gpu-1", "gpu", 1, 0)
+	e := newEnv(t, md, ms, machine("m1", ms, "n1"))
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	e.r.Workloads = &WorkloadClusters{Secrets: e.client, Scheme: e.client.Scheme(), SyncTimeout: 300 * time.Millisecond, ProbeInterval: time.Hour,
+		Reachable: e.r.Metrics.WorkloadReachable}
+	go func() { _ = e.r.Workloads.Start(ctx) }()
+	key := GroupKey{KindMachineDeployment, ns, "gpu"}
+	if got := ClusterOf(md); got != (ClusterRef{ns, "c1"}) {
+		t.Fatalf("ClusterOf = %v", got)
+	}
+
+	// No kubeconfig Secret yet.
+	if _, err := e.r.Reconcile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], ReasonWorkloadClusterUnreachable) || !strings.Contains(ev[0], "c1-kubeconfig") {
+		t.Errorf("events = %q, want one %s naming the Secret", ev, ReasonWorkloadClusterUnreachable)
+	}
+
+	// A Secret whose API server does not answer (a closed loopback port): the cache does not
+	// sync, the group keeps its annotations, the cluster is reported unreachable.
+	kubeconfig := "apiVersion: v1\nkind: Config\nclusters: [{name: w, cluster: {server: 'https://127.0.0.1:1'}}]\n" +
+		"users: [{name: w, user: {token: x}}]\ncontexts: [{name: w, context: {cluster: w, user: w}}]\ncurrent-context: w\n"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Data: map[string][]byte{KubeconfigSecretKey: []byte(kubeconfig)}}
+	if err := e.client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.groupsOfSecret(ctx, secret, false); !slices.Equal(got, []GroupKey{key}) {
+		t.Errorf("groupsOfSecret = %v, want [%v]", got, key)
+	}
+	res, err := e.r.Reconcile(ctx, key)
+	if err != nil || res.RequeueAfter != time.Hour {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue after the probe interval", res, err)
+	}
+	if diff := cmp.Diff(md.Annotations, e.annotations(key)); diff != "" {
+		t.Errorf("annotations changed while the workload cluster is unreachable (-want +got):\n%s", diff)
+	}
+	if v := testutil.ToFloat64(e.r.Metrics.WorkloadReachable.WithLabelValues(ns, "c1")); v != 0 {
+		t.Errorf("workload_cluster_reachable = %v, want 0", v)
+	}
+	if v := testutil.ToFloat64(e.r.Metrics.GroupsWithProblems.WithLabelValues(ReasonWorkloadClusterUnreachable)); v != 1 {
+		t.Errorf("groups_with_problems{%s} = %v, want 1", ReasonWorkloadClusterUnreachable, v)
+	}
+	if w := e.writes(); w != 0 {
+		t.Errorf("writes = %v, want 0", w)
+	}
+
+	// A kubeconfig that does not parse is an error of its own, not a hang.
+	secret.Data[KubeconfigSecretKey] = []byte("{not yaml")
+	if err := e.client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.Workloads.Reader(ctx, ClusterRef{ns, "c1"}); err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("Reader with a broken kubeconfig: %v", err)
+	}
+}
+
+func TestManagementGroupsOfNodeStayInTheirCluster(t *testing.T) {
+	md := machineDeployment("gpu", nil)
+	ms := machineSet("gpu-1", "gpu", 1, 0)
+	other := machineDeployment("other", nil)
+	other.Spec.ClusterName = "c2"
+	oms := machineSet("other-1", "other", 1, 0)
+	oms.Spec.ClusterName = "c2"
+	om := machine("om1", oms, "n1") // the same node name in another workload cluster
+	om.Spec.ClusterName = "c2"
+	e := newEnv(t, md, ms, other, oms, machine("m1", ms, "n1"), om)
+	if got := e.r.groupsOfNode(e.ctx, &ClusterRef{ns, "c1"}, "n1"); !slices.Equal(got, []GroupKey{{KindMachineDeployment, ns, "gpu"}}) {
+		t.Errorf("groups of c1's n1 = %v", got)
+	}
+	if got := e.r.groupsOfNode(e.ctx, &ClusterRef{ns, "c2"}, "n1"); !slices.Equal(got, []GroupKey{{KindMachineDeployment, ns, "other"}}) {
+		t.Errorf("groups of c2's n1 = %v", got)
+	}
+	if got := e.r.groupsOfCluster(e.ctx, ClusterRef{ns, "c2"}); !slices.Equal(got, []GroupKey{{KindMachineDeployment, ns, "other"}}) {
+		t.Errorf("groups of cluster c2 = %v", got)
+	}
+}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strings"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
