@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -103,6 +104,13 @@ func (w *workloadCluster) state() error {
 	return w.err
 }
 
+// notSyncedError: a cache has not synced within the timeout.
+type notSyncedError struct{ timeout time.Duration }
+
+func (e notSyncedError) Error() string {
+	return fmt.Sprintf("its Nodes and ResourceSlices did not sync within %s", e.timeout)
+}
+
 // setState records a probe's outcome and reports whether reachability changed.
 func (w *workloadCluster) setState(err error) bool {
 	w.mu.Lock()
@@ -170,14 +178,18 @@ func (w *WorkloadClusters) Reader(ctx context.Context, ref ClusterRef) (client.R
 	}
 	w.mu.Unlock()
 
-	if !ok || c.state() != nil {
-		// A new cache, or one not synced yet: wait a little for the first sync.
+	if state := c.state(); !ok || state != nil {
+		// A new cache, or one not synced yet: wait a little for the first sync. An error
+		// of the prober (the server stopped answering after the sync) stays until the
+		// prober clears it.
 		syncCtx, cancel := context.WithTimeout(ctx, w.SyncTimeout)
 		synced := c.cache.WaitForCacheSync(syncCtx)
 		cancel()
-		if !synced && c.state() == nil {
-			c.setState(fmt.Errorf("its Nodes and ResourceSlices did not sync within %s", w.SyncTimeout))
-		} else if synced && !ok {
+		var ns notSyncedError
+		switch {
+		case !synced && state == nil:
+			c.setState(notSyncedError{w.SyncTimeout})
+		case synced && (state == nil || errors.As(state, &ns)):
 			c.setState(nil)
 		}
 	}
