@@ -76,6 +76,12 @@ var valueSets = map[string]valueSet{
 		},
 		drivers: map[string]string{"npu.accel-dra.io": "npu"}, surge: true, publisher: true,
 	},
+	"publisher-management": {
+		values: map[string]any{
+			"publisher": map[string]any{"enabled": true, "watchNamespace": "capi", "mode": "management"},
+		},
+		drivers: map[string]string{"gpu.accel-dra.io": "nvml"}, surge: true, publisher: true,
+	},
 	"no-surge-extended-resource": {
 		values: map[string]any{
 			"plugin": map[string]any{"rollingUpdateWithSurge": false},
@@ -432,9 +438,15 @@ func TestPublisherArgsParse(t *testing.T) {
 				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinesets", "machinedeployments"}, Verbs: []string{"get", "list", "watch", "patch"}},
 				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			}
-			clusterRules := []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch"}},
+			var clusterRules []rbacv1.PolicyRule
+			if o.Mode == publisher.ModeSelfManaged {
+				clusterRules = []rbacv1.PolicyRule{
+					{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+					{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch"}},
+				}
+			} else {
+				// The kubeconfig Secrets; the nodes are read with those.
+				groupRules = append(groupRules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}})
 			}
 			if o.WatchNamespace == "" {
 				clusterRules = append(clusterRules, groupRules...)
@@ -448,11 +460,17 @@ func TestPublisherArgsParse(t *testing.T) {
 				}
 				checkBinding(t, r, "RoleBinding", d.Name+"-groups", d.Spec.Template.Spec.ServiceAccountName)
 			}
-			cr := toTyped[rbacv1.ClusterRole](t, r.Find("ClusterRole", d.Name))
-			if diff := cmp.Diff(clusterRules, cr.Rules); diff != "" {
-				t.Errorf("publisher ClusterRole rules (-want +got):\n%s", diff)
+			if clusterRules == nil {
+				if r.Find("ClusterRole", d.Name) != nil {
+					t.Errorf("a publisher ClusterRole although it needs nothing cluster-wide")
+				}
+			} else {
+				cr := toTyped[rbacv1.ClusterRole](t, r.Find("ClusterRole", d.Name))
+				if diff := cmp.Diff(clusterRules, cr.Rules); diff != "" {
+					t.Errorf("publisher ClusterRole rules (-want +got):\n%s", diff)
+				}
+				checkBinding(t, r, "ClusterRoleBinding", d.Name, d.Spec.Template.Spec.ServiceAccountName)
 			}
-			checkBinding(t, r, "ClusterRoleBinding", d.Name, d.Spec.Template.Spec.ServiceAccountName)
 			le := toTyped[rbacv1.Role](t, r.Find("Role", d.Name+"-leader-election"))
 			wantLE := []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},

@@ -100,6 +100,11 @@ or with publisher.watchNamespace a Role's in that namespace.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if eq .Values.publisher.mode "management" }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
 {{- end }}
 
 {{- /*
