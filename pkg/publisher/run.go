@@ -113,6 +113,9 @@ func Run(ctx context.Context, o *Options) error {
 			SyncTimeout: o.WorkloadSyncTimeout, ProbeInterval: o.WorkloadProbeInterval,
 			QPS: o.Kube.QPS, Burst: o.Kube.Burst,
 			Reachable: r.Metrics.WorkloadReachable,
+			// The controller may reconcile before the manager has started the registry
+			// (both are leader-election runnables, in no set order).
+			ctx: ctx,
 		}
 	}
 	if err := r.SetupWithManager(ctx, mgr, o.Workers); err != nil {
