@@ -5,7 +5,6 @@ package publisher
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,7 +65,15 @@ func TestManagementCluster(t *testing.T) {
 	if _, err := mgmt.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err == nil {
 		t.Fatalf("node %s exists in the management cluster; the test needs it only in the workload cluster", n.Name)
 	}
-	good, err := os.ReadFile(wl.KubeconfigPath())
+	// As Cluster API writes it: the CA inline, not a path.
+	kc, err := clientcmd.LoadFromFile(wl.KubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clientcmdapi.FlattenConfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	good, err := clientcmd.Write(*kc)
 	if err != nil {
 		t.Fatal(err)
 	}
