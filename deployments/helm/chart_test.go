@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 	"github.com/accel-dra/accel-dra/pkg/publisher"
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -73,6 +75,12 @@ var valueSets = map[string]valueSet{
 			"publisher": map[string]any{"enabled": true, "watchNamespace": "capi"},
 		},
 		drivers: map[string]string{"npu.accel-dra.io": "npu"}, surge: true, publisher: true,
+	},
+	"publisher-management": {
+		values: map[string]any{
+			"publisher": map[string]any{"enabled": true, "watchNamespace": "capi", "mode": "management"},
+		},
+		drivers: map[string]string{"gpu.accel-dra.io": "nvml"}, surge: true, publisher: true,
 	},
 	"no-surge-extended-resource": {
 		values: map[string]any{
@@ -443,9 +451,15 @@ func TestPublisherArgsParse(t *testing.T) {
 				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinesets", "machinedeployments"}, Verbs: []string{"get", "list", "watch", "patch"}},
 				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			}
-			clusterRules := []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch"}},
+			var clusterRules []rbacv1.PolicyRule
+			if o.Mode == publisher.ModeSelfManaged {
+				clusterRules = []rbacv1.PolicyRule{
+					{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+					{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch"}},
+				}
+			} else {
+				// The kubeconfig Secrets; the nodes are read with those.
+				groupRules = append(groupRules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}})
 			}
 			if o.WatchNamespace == "" {
 				clusterRules = append(clusterRules, groupRules...)
@@ -459,11 +473,17 @@ func TestPublisherArgsParse(t *testing.T) {
 				}
 				checkBinding(t, r, "RoleBinding", d.Name+"-groups", d.Spec.Template.Spec.ServiceAccountName)
 			}
-			cr := toTyped[rbacv1.ClusterRole](t, r.Find("ClusterRole", d.Name))
-			if diff := cmp.Diff(clusterRules, cr.Rules); diff != "" {
-				t.Errorf("publisher ClusterRole rules (-want +got):\n%s", diff)
+			if clusterRules == nil {
+				if r.Find("ClusterRole", d.Name) != nil {
+					t.Errorf("a publisher ClusterRole although it needs nothing cluster-wide")
+				}
+			} else {
+				cr := toTyped[rbacv1.ClusterRole](t, r.Find("ClusterRole", d.Name))
+				if diff := cmp.Diff(clusterRules, cr.Rules); diff != "" {
+					t.Errorf("publisher ClusterRole rules (-want +got):\n%s", diff)
+				}
+				checkBinding(t, r, "ClusterRoleBinding", d.Name, d.Spec.Template.Spec.ServiceAccountName)
 			}
-			checkBinding(t, r, "ClusterRoleBinding", d.Name, d.Spec.Template.Spec.ServiceAccountName)
 			le := toTyped[rbacv1.Role](t, r.Find("Role", d.Name+"-leader-election"))
 			wantLE := []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
@@ -640,5 +660,59 @@ func TestOverrideFlags(t *testing.T) {
 	want := []string{"--a=1", "-v=0", "positional", "--b=3", "--c=5", "--z=4"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestPublisherWriteScopePolicy: the policy allows exactly the publisher's own keys
+// (nodegroup.ManagedKeys), matches its ServiceAccount, and is bound; it follows its switch.
+func TestPublisherWriteScopePolicy(t *testing.T) {
+	for name, vs := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			r := renderSet(t, vs)
+			var policy *admissionv1.ValidatingAdmissionPolicy
+			for _, u := range r.OfKind("ValidatingAdmissionPolicy") {
+				if strings.HasSuffix(u.GetName(), "-publisher-write-scope") {
+					policy = toTyped[admissionv1.ValidatingAdmissionPolicy](t, u)
+				}
+			}
+			if !vs.publisher {
+				if policy != nil {
+					t.Error("write-scope policy rendered without the publisher")
+				}
+				return
+			}
+			if policy == nil {
+				t.Fatal("no write-scope policy rendered with the publisher")
+			}
+			if r.Find("ValidatingAdmissionPolicyBinding", policy.Name) == nil {
+				t.Errorf("policy %s has no binding", policy.Name)
+			}
+			var keys []string
+			for _, v := range policy.Spec.Variables {
+				if v.Name == "keys" {
+					if err := json.Unmarshal([]byte(v.Expression), &keys); err != nil {
+						t.Fatalf("keys %q: %v", v.Expression, err)
+					}
+				}
+			}
+			if diff := cmp.Diff(slices.Sorted(slices.Values(nodegroup.ManagedKeys)), slices.Sorted(slices.Values(keys))); diff != "" {
+				t.Errorf("policy keys differ from nodegroup.ManagedKeys (-want +got):\n%s", diff)
+			}
+			d, err := r.PublisherDeployment()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
+			user := "system:serviceaccount:" + d.GetNamespace() + ":" + sa
+			if len(policy.Spec.MatchConditions) != 1 || !strings.Contains(policy.Spec.MatchConditions[0].Expression, strconv.Quote(user)) {
+				t.Errorf("policy does not match the publisher's user %s: %+v", user, policy.Spec.MatchConditions)
+			}
+
+			off := vs
+			off.values = mergeValues(vs.values, map[string]any{"publisher": map[string]any{"writeScopeAdmission": map[string]any{"enabled": false}}})
+			if r := renderSet(t, off); r.Find("ValidatingAdmissionPolicy", policy.Name) != nil {
+				t.Error("write-scope policy rendered with writeScopeAdmission.enabled=false")
+			}
+		})
 	}
 }

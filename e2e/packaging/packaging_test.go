@@ -214,27 +214,29 @@ func (e *env) testApply(ctx context.Context, t *testing.T, vals map[string]any) 
 	t.Logf("applied %d objects: %s", len(r.Objects), strings.Join(mapSlice(r.Objects, key), ", "))
 }
 
-// waitPolicyActive waits until the apiserver has type-checked the ResourceSlice policy and fails
-// on any type-check warning (a misspelt field, a type error in an expression).
+// waitPolicyActive waits until the apiserver has type-checked every rendered admission policy
+// and fails on any type-check warning (a misspelt field, a type error in an expression).
 func (e *env) waitPolicyActive(ctx context.Context, t *testing.T, r *helm.Rendered) {
 	t.Helper()
 	vaps := r.OfKind("ValidatingAdmissionPolicy")
-	if len(vaps) != 1 {
-		t.Fatalf("%d ValidatingAdmissionPolicies rendered, want 1", len(vaps))
+	if len(vaps) == 0 {
+		t.Fatal("no ValidatingAdmissionPolicy rendered")
 	}
-	name := vaps[0].GetName()
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := e.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-		if err != nil || p.Status.TypeChecking == nil || p.Status.ObservedGeneration != p.Generation {
-			return false, nil
+	for _, vap := range vaps {
+		name := vap.GetName()
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := e.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.TypeChecking == nil || p.Status.ObservedGeneration != p.Generation {
+				return false, nil
+			}
+			if w := p.Status.TypeChecking.ExpressionWarnings; len(w) > 0 {
+				return false, fmt.Errorf("policy %s type-check warnings: %+v", name, w)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("policy %s: %v", name, err)
 		}
-		if w := p.Status.TypeChecking.ExpressionWarnings; len(w) > 0 {
-			return false, fmt.Errorf("policy %s type-check warnings: %+v", name, w)
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("policy %s: %v", name, err)
 	}
 }
 

@@ -19,8 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -248,6 +250,43 @@ func (e *env) testPublisherRuns(ctx context.Context, t *testing.T, r *helm.Rende
 	}
 
 	e.checkPublisherRBAC(ctx, t, sa, d.GetName())
+	t.Run("WriteScope", func(t *testing.T) { e.checkPublisherWriteScope(ctx, t, scheme, tr.Status.Token, group) })
+}
+
+// checkPublisherWriteScope: with the publisher's own token, the chart's admission policy lets
+// the publisher change its own annotation keys of a MachineDeployment and nothing else of it,
+// although its RBAC allows patching the whole object.
+func (e *env) checkPublisherWriteScope(ctx context.Context, t *testing.T, scheme *runtime.Scheme, token, group string) {
+	cfg := rest.AnonymousClientConfig(e.c.RESTConfig())
+	cfg.BearerToken = token
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: capiNamespace, Name: group}}
+	merge := func(patch string) error {
+		return cl.Patch(ctx, md, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("write-scope-probe"))
+	}
+	if err := merge(fmt.Sprintf(`{"metadata":{"annotations":{%q:"7"}}}`, nodegroup.MaxPodsKey)); err != nil {
+		t.Errorf("the publisher may not change its own key %s: %v", nodegroup.MaxPodsKey, err)
+	}
+	for _, tc := range []struct{ what, patch, want string }{
+		{"another annotation", `{"metadata":{"annotations":{"example.com/other":"x"}}}`, "not: example.com/other"},
+		{"an autoscaler key it does not own", `{"metadata":{"annotations":{"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size":"100"}}}`, "cluster-api-autoscaler-node-group-max-size"},
+		{"a label", `{"metadata":{"labels":{"example.com/l":"x"}}}`, "not the spec, labels"},
+		{"the spec", `{"spec":{"replicas":5}}`, "not the spec, labels"},
+		{"a finalizer", `{"metadata":{"finalizers":["example.com/f"]}}`, "not the spec, labels"},
+	} {
+		wantForbidden(t, tc.what, merge(tc.patch), tc.want)
+	}
+	// An admin may still do all of that: the policy binds only the publisher.
+	admin, err := client.New(e.c.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Patch(ctx, md, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/other":"x"}}}`))); err != nil {
+		t.Errorf("admin refused: %v", err)
+	}
 }
 
 // checkPublisherRBAC: what the publisher's e2e needed is allowed (it just ran), and a sample of

@@ -359,7 +359,8 @@ func (e *env) checkAnnotations(ann map[string]string) {
 		}
 	}
 	for k, v := range map[string]string{
-		nodegroup.DRADriverKey: framework.GPUDriver, nodegroup.GPUCountKey: "8", nodegroup.SourceAnnotation: nodegroup.SourceNodes,
+		nodegroup.DRADriverKey: framework.GPUDriver, nodegroup.GPUCountKey: "8", nodegroup.DRAPoolKey: framework.GPUDriver,
+		nodegroup.SourceAnnotation: nodegroup.SourceNodes,
 	} {
 		if ann[k] != v {
 			t.Errorf("%s = %q, want %q", k, ann[k], v)

@@ -8,8 +8,10 @@ package publisher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +41,7 @@ const (
 	indexMachineSetByMD      = "accel-dra.io/machineset-deployment"
 	indexSliceByNode         = "accel-dra.io/slice-node"
 	indexGroupByCopyFrom     = "accel-dra.io/copy-from"
+	indexGroupByCluster      = "accel-dra.io/cluster"
 )
 
 // pendingRetry is how soon a group is looked at again when a node's pool was mid-update.
@@ -59,6 +62,9 @@ type Reconciler struct {
 	Config       Config
 	BuildOptions template.BuildOptions
 	FieldManager string
+	// Workloads reads the nodes of each group's workload cluster in management mode; nil in
+	// self-managed mode, where Client reads them.
+	Workloads *WorkloadClusters
 
 	mu sync.Mutex
 	// nodeTemplates caches the template of each node by the identity of its slices, so that
@@ -106,27 +112,70 @@ func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Res
 		return reconcile.Result{}, nil
 	}
 
-	nodes, err := r.groupNodes(ctx, key, obj)
+	nodeReader, cluster := client.Reader(r.Client), (*ClusterRef)(nil)
+	if r.Workloads != nil {
+		ref := ClusterOf(obj)
+		cluster = &ref
+		wr, err := r.Workloads.Reader(ctx, ref)
+		if err != nil {
+			// Keep whatever the group has: its nodes are not gone, only out of sight.
+			r.report(ctx, key, obj, []Problem{{ReasonWorkloadClusterUnreachable, err.Error()}})
+			return reconcile.Result{RequeueAfter: r.Workloads.ProbeInterval}, nil
+		}
+		nodeReader = wr
+	}
+	nodes, err := r.groupNodes(ctx, key, obj, nodeReader, cluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	owners := annotationOwners(obj)
 	in := Input{
 		Annotations: obj.GetAnnotations(),
-		Owned:       ownedAnnotations(obj, r.FieldManager),
+		Owned:       sets.New[string](),
+		Foreign:     map[string]string{},
 		Nodes:       nodes,
+	}
+	yielded := sets.New[string]()
+	for k, ms := range owners {
+		for _, m := range ms {
+			switch {
+			case m == r.FieldManager:
+				in.Owned.Insert(k)
+			case !nodegroup.IsManagedKey(k):
+			case slices.Contains(YieldingManagers, m):
+				yielded.Insert(k)
+			default:
+				in.Foreign[k] = m
+			}
+		}
 	}
 	if v, ok := in.Annotations[nodegroup.CopyFromAnnotation]; ok && len(nodes) == 0 {
 		in.CopyFrom = r.copySource(ctx, key, v)
 	}
 	plan := Decide(in, r.Config)
-	r.report(ctx, key, obj, plan.Problems)
 
 	if plan.Apply != nil {
-		if err := r.apply(ctx, key, obj, plan.Apply); err != nil {
+		// Force only to take over what a yielding manager (a seed) wrote; anyone else's key
+		// is left out of the plan, and a conflict the cache did not show yet fails the apply.
+		force := false
+		for k, v := range plan.Apply {
+			if yielded.Has(k) && in.Annotations[k] != v {
+				force = true
+			}
+		}
+		if err := r.apply(ctx, key, obj, plan.Apply, force); err != nil {
 			r.Metrics.Writes.WithLabelValues("error").Inc()
+			if c := conflictProblem(err); c != nil {
+				// Reported now; the retry sees the other manager's ownership in the cache
+				// and leaves the key out.
+				r.report(ctx, key, obj, append(plan.Problems, *c))
+			} else {
+				r.report(ctx, key, obj, plan.Problems)
+			}
 			return reconcile.Result{}, fmt.Errorf("writing annotations of %s: %w", key, err)
 		}
 		r.Metrics.Writes.WithLabelValues("success").Inc()
+		r.report(ctx, key, obj, plan.Problems)
 		r.waitForCache(ctx, key, plan)
 		logger.V(2).Info("Published node group annotations", "changed", plan.Changed, "hash", plan.Apply[template.HashAnnotation],
 			"source", plan.Apply[nodegroup.SourceAnnotation], "templateBytes", plan.TemplateBytes, "nodes", len(nodes))
@@ -134,6 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Res
 			"node group annotations updated: template %s (%d bytes, source %s), %d nodes",
 			orNone(plan.Apply[template.HashAnnotation]), plan.TemplateBytes, orNone(plan.Apply[nodegroup.SourceAnnotation]), len(nodes))
 	} else {
+		r.report(ctx, key, obj, plan.Problems)
 		logger.V(5).Info("Node group annotations up to date", "nodes", len(nodes))
 	}
 	r.Metrics.TemplateBytes.WithLabelValues(key.Kind, key.Namespace, key.Name).Set(float64(plan.TemplateBytes))
@@ -163,8 +213,9 @@ func (r *Reconciler) getGroup(ctx context.Context, key GroupKey) (client.Object,
 	return obj, r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, obj)
 }
 
-// groupNodes returns the nodes of the group's current MachineSet with their templates.
-func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Object) ([]NodeInput, error) {
+// groupNodes returns the nodes of the group's current MachineSet with their templates, read
+// through nodes (the workload cluster's cache in management mode).
+func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Object, nodes client.Reader, cluster *ClusterRef) ([]NodeInput, error) {
 	ms, ok := obj.(*clusterv1.MachineSet)
 	if !ok {
 		var list clusterv1.MachineSetList
@@ -192,16 +243,16 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 		}
 		seen.Insert(name)
 		node := &corev1.Node{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
+		if err := nodes.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("getting node %s: %w", name, err)
 		}
 		var sliceList resourceapi.ResourceSliceList
-		if err := r.Client.List(ctx, &sliceList, client.MatchingFields{indexSliceByNode: name}); err != nil {
+		if err := nodes.List(ctx, &sliceList, client.MatchingFields{indexSliceByNode: name}); err != nil {
 			return nil, fmt.Errorf("listing ResourceSlices of node %s: %w", name, err)
 		}
-		out = append(out, r.nodeTemplate(node, sliceList.Items))
+		out = append(out, r.nodeTemplate(nodeCacheKey(cluster, name), node, sliceList.Items))
 	}
 	slices.SortFunc(out, func(a, b NodeInput) int { return strings.Compare(a.Node.Name, b.Node.Name) })
 	return out, nil
@@ -209,7 +260,7 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 
 // nodeTemplate builds (or takes from the cache) the template of a node's slices of the
 // configured drivers.
-func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceSlice) NodeInput {
+func (r *Reconciler) nodeTemplate(cacheName string, node *corev1.Node, all []resourceapi.ResourceSlice) NodeInput {
 	var mine []resourceapi.ResourceSlice
 	ids := make([]string, 0, len(all))
 	for _, s := range all {
@@ -227,7 +278,7 @@ func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceS
 	cacheKey := strings.Join(ids, ",")
 
 	r.mu.Lock()
-	cached, ok := r.nodeTemplates[node.Name]
+	cached, ok := r.nodeTemplates[cacheName]
 	r.mu.Unlock()
 	if !ok || cached.key != cacheKey {
 		cached = nodeTemplate{key: cacheKey}
@@ -242,14 +293,22 @@ func (r *Reconciler) nodeTemplate(node *corev1.Node, all []resourceapi.ResourceS
 		if r.nodeTemplates == nil {
 			r.nodeTemplates = map[string]nodeTemplate{}
 		}
-		r.nodeTemplates[node.Name] = cached
+		r.nodeTemplates[cacheName] = cached
 		r.mu.Unlock()
 	}
 	in.Template, in.Hash, in.Err = cached.t, cached.hash, cached.err
 	return in
 }
 
-// ForgetNode drops a deleted node's cached template.
+// nodeCacheKey names a node in the template cache: node names repeat across workload clusters.
+func nodeCacheKey(cluster *ClusterRef, node string) string {
+	if cluster == nil {
+		return node
+	}
+	return cluster.String() + "/" + node
+}
+
+// ForgetNode drops a deleted node's cached template (name from nodeCacheKey).
 func (r *Reconciler) ForgetNode(name string) {
 	r.mu.Lock()
 	delete(r.nodeTemplates, name)
@@ -282,8 +341,9 @@ func (r *Reconciler) copySource(ctx context.Context, key GroupKey, value string)
 
 // apply writes the publisher's annotations with server-side apply: the keys in ann get these
 // values, and keys the publisher applied before but left out now are removed. The object's UID
-// is a precondition, so a group deleted and re-created meanwhile is not touched.
-func (r *Reconciler) apply(ctx context.Context, key GroupKey, obj client.Object, ann map[string]string) error {
+// is a precondition, so a group deleted and re-created meanwhile is not touched. Without force,
+// a key another manager owns with another value fails the whole apply (a conflict).
+func (r *Reconciler) apply(ctx context.Context, key GroupKey, obj client.Object, ann map[string]string, force bool) error {
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": clusterv1.GroupVersion.String(),
 		"kind":       key.Kind,
@@ -297,7 +357,45 @@ func (r *Reconciler) apply(ctx context.Context, key GroupKey, obj client.Object,
 	if err != nil {
 		return err
 	}
-	return r.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(r.FieldManager), client.ForceOwnership)
+	opts := []client.PatchOption{client.FieldOwner(r.FieldManager)}
+	if force {
+		opts = append(opts, client.ForceOwnership)
+	}
+	return r.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), opts...)
+}
+
+// conflictManager finds the manager in a server-side apply conflict cause's message:
+// `conflict with "kubectl-annotate" using cluster.x-k8s.io/v1beta2`.
+var conflictManager = regexp.MustCompile(`conflict with "([^"]*)"`)
+
+// conflictProblem turns a server-side apply conflict on annotations into a problem, nil for
+// any other error.
+func conflictProblem(err error) *Problem {
+	var status apierrors.APIStatus
+	if !apierrors.IsConflict(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return nil
+	}
+	var conflicts []string
+	for _, c := range status.Status().Details.Causes {
+		if c.Type != metav1.CauseTypeFieldManagerConflict {
+			continue
+		}
+		k, ok := strings.CutPrefix(c.Field, ".metadata.annotations.")
+		if !ok {
+			continue
+		}
+		m := "?"
+		if sub := conflictManager.FindStringSubmatch(c.Message); sub != nil {
+			m = sub[1]
+		}
+		conflicts = append(conflicts, fmt.Sprintf("%s (manager %q)", k, m))
+	}
+	if len(conflicts) == 0 {
+		return nil
+	}
+	slices.Sort(conflicts)
+	return &Problem{ReasonAnnotationConflict,
+		"annotations set by another field manager are left alone (remove them to let the publisher manage them): " + strings.Join(conflicts, ", ")}
 }
 
 // waitForCache waits (briefly) until the informer cache shows the annotations just written.
@@ -378,11 +476,17 @@ func (r *Reconciler) forget(key GroupKey) {
 	r.Metrics.TemplateBytes.DeleteLabelValues(key.Kind, key.Namespace, key.Name)
 }
 
-// ownedAnnotations returns the annotation keys that manager owns through server-side apply.
-func ownedAnnotations(obj metav1.Object, manager string) sets.Set[string] {
-	out := sets.New[string]()
+// YieldingManagers are the field managers whose annotations the publisher takes over (with a
+// forced apply) when its own nodes give a value: `accelctl template seed` writes a seed that is
+// meant to be replaced by the group's own nodes.
+var YieldingManagers = []string{"accelctl"}
+
+// annotationOwners returns, for each annotation key in the object's managed fields, the field
+// managers that own it, sorted.
+func annotationOwners(obj metav1.Object) map[string][]string {
+	out := map[string][]string{}
 	for _, mf := range obj.GetManagedFields() {
-		if mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+		if mf.FieldsV1 == nil {
 			continue
 		}
 		var fields struct {
@@ -394,10 +498,13 @@ func ownedAnnotations(obj metav1.Object, manager string) sets.Set[string] {
 			continue
 		}
 		for k := range maps.Keys(fields.Metadata.Annotations) {
-			if name, ok := strings.CutPrefix(k, "f:"); ok {
-				out.Insert(name)
+			if name, ok := strings.CutPrefix(k, "f:"); ok && !slices.Contains(out[name], mf.Manager) {
+				out[name] = append(out[name], mf.Manager)
 			}
 		}
+	}
+	for _, ms := range out {
+		slices.Sort(ms)
 	}
 	return out
 }

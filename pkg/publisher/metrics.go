@@ -19,6 +19,9 @@ type Metrics struct {
 	Conflicts *prometheus.CounterVec
 	// GroupsWithProblems is the number of groups currently in each problem state.
 	GroupsWithProblems *prometheus.GaugeVec
+	// WorkloadReachable is 1 for each workload cluster the publisher can read, 0 for one it
+	// cannot (management mode).
+	WorkloadReachable *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -40,6 +43,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: metricsNamespace, Name: "groups_with_problems",
 			Help: "Node groups currently in a problem state, by reason.",
 		}, []string{"reason"}),
+		WorkloadReachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "workload_cluster_reachable",
+			Help: "Whether a workload cluster's Nodes and ResourceSlices can be read (1) or not (0); management mode only.",
+		}, []string{"namespace", "cluster"}),
 	}
 	for _, r := range []string{"success", "error"} {
 		m.Writes.WithLabelValues(r)
@@ -48,6 +55,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Conflicts.WithLabelValues(r)
 		m.GroupsWithProblems.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Writes, m.TemplateBytes, m.Conflicts, m.GroupsWithProblems)
+	reg.MustRegister(m.Writes, m.TemplateBytes, m.Conflicts, m.GroupsWithProblems, m.WorkloadReachable)
 	return m
 }

@@ -24,8 +24,21 @@ const (
 	NPUDriverName = "npu.accel-dra.io"
 )
 
+// Modes of the publisher (--mode).
+const (
+	// ModeSelfManaged: the node groups and their nodes are in the same cluster (a self-managed
+	// Cluster API cluster, or one where the groups are mirrored).
+	ModeSelfManaged = "self-managed"
+	// ModeManagement: the publisher runs against a Cluster API management cluster and reads
+	// each group's nodes from its workload cluster through the Cluster's kubeconfig Secret.
+	ModeManagement = "management"
+)
+
 // Options are the publisher's settings, one flag each.
 type Options struct {
+	Mode                    string
+	WorkloadProbeInterval   time.Duration
+	WorkloadSyncTimeout     time.Duration
 	Kube                    kubeclient.Options
 	LeaderElect             bool
 	LeaderElectionNamespace string
@@ -51,6 +64,9 @@ func NewOptions() *Options {
 		// A controller, not a node agent: modest rate limits, enough to write every group
 		// of a large cluster after a restart within seconds.
 		Kube:                   kubeclient.Options{QPS: 50, Burst: 100},
+		Mode:                   ModeSelfManaged,
+		WorkloadProbeInterval:  30 * time.Second,
+		WorkloadSyncTimeout:    10 * time.Second,
 		LeaderElect:            true,
 		LeaderElectionID:       Name,
 		MetricsBindAddress:     ":8080",
@@ -72,6 +88,9 @@ func NewOptions() *Options {
 func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs := pflag.NewFlagSet(Name, pflag.ContinueOnError)
 	o.Kube.AddFlags(fs)
+	fs.StringVar(&o.Mode, "mode", o.Mode, "Where the nodes are: self-managed (in the cluster of --kubeconfig, with the node groups) or management (--kubeconfig is a Cluster API management cluster; each group's nodes are read from its workload cluster through the Secret <cluster>-kubeconfig).")
+	fs.DurationVar(&o.WorkloadProbeInterval, "workload-cluster-probe-interval", o.WorkloadProbeInterval, "With --mode=management: how often each workload cluster's API server is checked.")
+	fs.DurationVar(&o.WorkloadSyncTimeout, "workload-cluster-sync-timeout", o.WorkloadSyncTimeout, "With --mode=management: how long a reconcile waits for a new workload cluster cache to sync before reporting the cluster unreachable.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run only while holding the leader election lease, so that replicas can stand by.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease (default: the namespace the pod runs in).")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election lease.")
@@ -91,6 +110,12 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 
 // Validate checks the options after parsing.
 func (o *Options) Validate() error {
+	if o.Mode != ModeSelfManaged && o.Mode != ModeManagement {
+		return fmt.Errorf("--mode=%q: want %s or %s", o.Mode, ModeSelfManaged, ModeManagement)
+	}
+	if o.WorkloadProbeInterval <= 0 || o.WorkloadSyncTimeout <= 0 {
+		return fmt.Errorf("--workload-cluster-probe-interval and --workload-cluster-sync-timeout must be positive")
+	}
 	if o.TemplateBudgetBytes <= 0 || o.TemplateBudgetBytes > template.MaxBudget {
 		return fmt.Errorf("--template-budget-bytes=%d: must be in (0, %d]", o.TemplateBudgetBytes, template.MaxBudget)
 	}

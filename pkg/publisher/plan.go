@@ -29,10 +29,19 @@ const (
 	// ReasonInvalidSlices: a node's ResourceSlices cannot be made into a template (for example a
 	// pool with per-device node selection). That node is left out.
 	ReasonInvalidSlices = "TemplateInvalidSlices"
+	// ReasonAnnotationConflict: someone else (an operator with kubectl annotate, another
+	// controller) set one of the publisher's keys to another value. The publisher does not take
+	// it over: it leaves that key (and, for a template key, the whole template) alone until the
+	// annotation is removed.
+	ReasonAnnotationConflict = "TemplateAnnotationConflict"
+	// ReasonWorkloadClusterUnreachable: in management mode, the group's workload cluster cannot
+	// be read (no kubeconfig Secret, a bad kubeconfig, or its API server does not answer). The
+	// group's annotations are kept as they are.
+	ReasonWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
 )
 
 // Reasons lists every problem reason, for metrics.
-var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices}
+var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices, ReasonAnnotationConflict, ReasonWorkloadClusterUnreachable}
 
 // NodeInput is one node of a group's current revision and the template of its ResourceSlices.
 type NodeInput struct {
@@ -65,6 +74,10 @@ type Input struct {
 	// Owned are the annotation keys the publisher's field manager owns on the object (applied
 	// by an earlier write).
 	Owned sets.Set[string]
+	// Foreign are the publisher's keys (nodegroup.ManagedKeys) that another field manager owns,
+	// with that manager's name; the publisher never forces a new value over them. Managers
+	// that yield to the publisher (accelctl's seed) are not in it.
+	Foreign map[string]string
 	// Nodes are the nodes whose Machines belong to the group's current MachineSet.
 	Nodes []NodeInput
 	// CopyFrom is the group named by the copy-from annotation, nil if there is none.
@@ -133,7 +146,7 @@ func Decide(in Input, cfg Config) Plan {
 	set := func(m map[string]string) { maps.Copy(desired, m) }
 	keepTemplate := func() {
 		keep(nodegroup.TemplateKeys...)
-		keep(nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
+		keep(nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
 	}
 
 	if len(in.Nodes) == 0 {
@@ -242,6 +255,7 @@ func copyFrom(src *CopySource, cfg Config, desired map[string]string) *Problem {
 
 // finish turns the desired keys into a plan: no write when the object already matches.
 func finish(p Plan, in Input, desired map[string]string) Plan {
+	leaveForeignAlone(&p, in, desired)
 	p.Desired = desired
 	merged := maps.Clone(in.Annotations)
 	if merged == nil {
@@ -269,6 +283,42 @@ func finish(p Plan, in Input, desired map[string]string) Plan {
 	}
 	p.TemplateBytes = templateBytes(merged)
 	return p
+}
+
+// leaveForeignAlone drops from desired every key that another manager owns with a different
+// value, and reports it. A template is all or nothing: when one of its keys is someone else's,
+// the publisher's other template keys keep their current values (a template whose hash another
+// manager set would not decode).
+func leaveForeignAlone(p *Plan, in Input, desired map[string]string) {
+	var conflicts []string
+	templateConflict := false
+	for _, k := range slices.Sorted(maps.Keys(desired)) {
+		m, foreign := in.Foreign[k]
+		if !foreign || in.Annotations[k] == desired[k] {
+			continue
+		}
+		delete(desired, k)
+		conflicts = append(conflicts, fmt.Sprintf("%s (manager %q)", k, m))
+		if slices.Contains(nodegroup.TemplateKeys, k) {
+			templateConflict = true
+		}
+	}
+	if templateConflict {
+		for _, k := range nodegroup.TemplateKeys {
+			if _, foreign := in.Foreign[k]; foreign {
+				continue
+			}
+			if v, ok := in.Annotations[k]; ok && in.Owned.Has(k) {
+				desired[k] = v
+			} else {
+				delete(desired, k)
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		p.Problems = append(p.Problems, Problem{ReasonAnnotationConflict,
+			"annotations set by another field manager are left alone (remove them to let the publisher manage them): " + strings.Join(conflicts, ", ")})
+	}
 }
 
 // templateBytes is the size of the template annotations (keys plus values) in a map.

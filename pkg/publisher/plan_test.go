@@ -71,7 +71,7 @@ func TestDecideFirstPublication(t *testing.T) {
 	want := []string{
 		template.VersionAnnotation, template.HashAnnotation, template.EncodingAnnotation, template.ResourceSlicesAnnotation,
 		nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey,
-		nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation,
+		nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation,
 	}
 	if diff := cmp.Diff(sets.List(sets.New(want...)), sets.List(sets.KeySet(p.Apply))); diff != "" {
 		t.Errorf("keys written (-want +got):\n%s", diff)
@@ -79,7 +79,7 @@ func TestDecideFirstPublication(t *testing.T) {
 	for k, v := range map[string]string{
 		nodegroup.CPUKey: "96", nodegroup.MemoryKey: "1000Gi", nodegroup.EphemeralDiskKey: "500Gi", nodegroup.MaxPodsKey: "110",
 		nodegroup.LabelsKey:    "kubernetes.io/arch=amd64,node.kubernetes.io/instance-type=gpu-8x",
-		nodegroup.DRADriverKey: gpuDriver, nodegroup.GPUCountKey: "8",
+		nodegroup.DRADriverKey: gpuDriver, nodegroup.GPUCountKey: "8", nodegroup.DRAPoolKey: gpuDriver,
 		nodegroup.SourceAnnotation: nodegroup.SourceNodes,
 	} {
 		if p.Apply[k] != v {
@@ -101,7 +101,7 @@ func TestDecideFirstPublication(t *testing.T) {
 func TestDecide(t *testing.T) {
 	h100Ann, h100Owned := published(t, h100)
 	a100Ann, a100Owned := published(t, a100)
-	templateKeys := append(slices.Clone(nodegroup.TemplateKeys), nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
+	templateKeys := append(slices.Clone(nodegroup.TemplateKeys), nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
 	seeded := with(without(h100Ann, nodegroup.LabelsKey), nodegroup.SourceAnnotation, nodegroup.SourceSeed)
 
 	type want struct {

@@ -3,11 +3,14 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
@@ -48,17 +51,24 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	cacheOpts := cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			// Read-only here and the bulk of the cache at scale: no deep copies, no
-			// managed fields, no image lists.
-			&corev1.Node{}:               {Transform: stripNode, UnsafeDisableDeepCopy: new(true)},
-			&resourceapi.ResourceSlice{}: {Transform: cache.TransformStripManagedFields(), UnsafeDisableDeepCopy: new(true)},
-			&clusterv1.Machine{}:         {Transform: cache.TransformStripManagedFields()},
-			// MachineDeployments and MachineSets keep their managed fields: they say which
-			// annotations the publisher owns.
-		},
+	byObject := map[client.Object]cache.ByObject{
+		&clusterv1.Machine{}: {Transform: cache.TransformStripManagedFields()},
+		// MachineDeployments and MachineSets keep their managed fields: they say which
+		// annotations the publisher owns.
 	}
+	management := o.Mode == ModeManagement
+	if management {
+		// Only Cluster API's kubeconfig Secrets (labelled with their cluster), and of those
+		// only the kubeconfig.
+		sel, err := labels.Parse(clusterv1.ClusterNameLabel)
+		if err != nil {
+			return err
+		}
+		byObject[&corev1.Secret{}] = cache.ByObject{Label: sel, Transform: stripSecret}
+	} else {
+		maps.Copy(byObject, nodeCacheObjects())
+	}
+	cacheOpts := cache.Options{ByObject: byObject}
 	if o.WatchNamespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
 	}
@@ -97,11 +107,50 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	r := NewReconciler(mgr.GetClient(), mgr.GetEventRecorder(Name), NewMetrics(ctrlmetrics.Registry), o)
+	if management {
+		r.Workloads = &WorkloadClusters{
+			Secrets: mgr.GetClient(), Scheme: scheme,
+			SyncTimeout: o.WorkloadSyncTimeout, ProbeInterval: o.WorkloadProbeInterval,
+			QPS: o.Kube.QPS, Burst: o.Kube.Burst,
+			Reachable: r.Metrics.WorkloadReachable,
+			// The controller may reconcile before the manager has started the registry
+			// (both are leader-election runnables, in no set order).
+			ctx: ctx,
+		}
+	}
 	if err := r.SetupWithManager(ctx, mgr, o.Workers); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
-	logger.Info("Starting", "drivers", o.Drivers, "budget", o.TemplateBudgetBytes, "watchNamespace", o.WatchNamespace, "leaderElect", o.LeaderElect)
+	logger.Info("Starting", "mode", o.Mode, "drivers", o.Drivers, "budget", o.TemplateBudgetBytes, "watchNamespace", o.WatchNamespace, "leaderElect", o.LeaderElect)
 	return mgr.Start(ctx)
+}
+
+// nodeCacheObjects are the cache settings of the kinds read from the cluster that has the nodes.
+// Read-only here and the bulk of the cache at scale: no deep copies, no managed fields, no image
+// lists.
+func nodeCacheObjects() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.Node{}:               {Transform: stripNode, UnsafeDisableDeepCopy: new(true)},
+		&resourceapi.ResourceSlice{}: {Transform: cache.TransformStripManagedFields(), UnsafeDisableDeepCopy: new(true)},
+	}
+}
+
+// stripSecret keeps only the kubeconfig of a Cluster API kubeconfig Secret; other Secrets of a
+// cluster (certificates, tokens) are not kept in memory at all.
+func stripSecret(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	s.ManagedFields = nil
+	data := s.Data
+	s.Data, s.StringData = nil, nil
+	if strings.HasSuffix(s.Name, KubeconfigSecretSuffix) {
+		if v, ok := data[KubeconfigSecretKey]; ok {
+			s.Data = map[string][]byte{KubeconfigSecretKey: v}
+		}
+	}
+	return s, nil
 }
 
 // stripNode keeps what the publisher reads of a Node: metadata without managed fields, spec,

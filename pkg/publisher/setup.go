@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -24,14 +25,35 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 )
 
-// AddIndexes registers the field indexes the reconciler and its event mapping use.
-func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	one := func(s string) []string {
-		if s == "" {
-			return nil
-		}
-		return []string{s}
+func one(s string) []string {
+	if s == "" {
+		return nil
 	}
+	return []string{s}
+}
+
+// AddIndexes registers the field indexes the reconciler and its event mapping use, all on one
+// cache (self-managed mode).
+func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := AddGroupIndexes(ctx, idx); err != nil {
+		return err
+	}
+	return AddNodeIndexes(ctx, idx)
+}
+
+// AddNodeIndexes registers the index of ResourceSlices by node, on the cache that holds the
+// nodes (a workload cluster's in management mode).
+func AddNodeIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	return idx.IndexField(ctx, &resourceapi.ResourceSlice{}, indexSliceByNode, func(o client.Object) []string {
+		if n := o.(*resourceapi.ResourceSlice).Spec.NodeName; n != nil {
+			return one(*n)
+		}
+		return nil
+	})
+}
+
+// AddGroupIndexes registers the indexes of the Cluster API objects.
+func AddGroupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	copyFrom := func(o client.Object) []string {
 		v, ok := o.GetAnnotations()[nodegroup.CopyFromAnnotation]
 		if !ok {
@@ -51,13 +73,9 @@ func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 		{&clusterv1.Machine{}, indexMachineByNode, func(o client.Object) []string { return one(o.(*clusterv1.Machine).Status.NodeRef.Name) }},
 		{&clusterv1.Machine{}, indexMachineByMachineSet, func(o client.Object) []string { return one(MachineSetOf(o.(*clusterv1.Machine))) }},
 		{&clusterv1.MachineSet{}, indexMachineSetByMD, func(o client.Object) []string { return one(MachineDeploymentOf(o.(*clusterv1.MachineSet))) }},
-		{&resourceapi.ResourceSlice{}, indexSliceByNode, func(o client.Object) []string {
-			if n := o.(*resourceapi.ResourceSlice).Spec.NodeName; n != nil {
-				return one(*n)
-			}
-			return nil
-		}},
 		{&clusterv1.MachineDeployment{}, indexGroupByCopyFrom, copyFrom},
+		{&clusterv1.MachineDeployment{}, indexGroupByCluster, func(o client.Object) []string { return one(ClusterOf(o).String()) }},
+		{&clusterv1.MachineSet{}, indexGroupByCluster, func(o client.Object) []string { return one(ClusterOf(o).String()) }},
 		{&clusterv1.MachineSet{}, indexGroupByCopyFrom, copyFrom},
 	} {
 		if err := idx.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
@@ -68,15 +86,21 @@ func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 // SetupWithManager registers the indexes and the controller: it watches MachineDeployments,
-// MachineSets, Machines, Nodes and ResourceSlices and maps each event to the node groups it
-// concerns.
+// MachineSets, Machines and, in self-managed mode, Nodes and ResourceSlices, and maps each event
+// to the node groups it concerns. In management mode r.Workloads forwards the workload
+// clusters' Node and ResourceSlice events, and kubeconfig Secret events requeue the groups of
+// their cluster.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, workers int) error {
-	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	idx := AddIndexes
+	if r.Workloads != nil {
+		idx = AddGroupIndexes
+	}
+	if err := idx(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	c := mgr.GetCache()
 	log := mgr.GetLogger().WithValues("controller", Name)
-	return builder.TypedControllerManagedBy[GroupKey](mgr).
+	b := builder.TypedControllerManagedBy[GroupKey](mgr).
 		Named(Name).
 		WithOptions(controller.TypedOptions[GroupKey]{
 			MaxConcurrentReconciles: workers,
@@ -88,7 +112,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 			},
 		}).
 		WatchesRawSource(source.TypedKind(c, &clusterv1.MachineDeployment{}, mapEvents(r.groupsOfMachineDeployment, func(o, n *clusterv1.MachineDeployment) bool {
-			return !maps.Equal(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+			return !maps.Equal(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
+				o.Spec.ClusterName != n.Spec.ClusterName || !maps.Equal(o.Labels, n.Labels)
 		}))).
 		WatchesRawSource(source.TypedKind(c, &clusterv1.MachineSet{}, mapEvents(r.groupsOfMachineSet, func(o, n *clusterv1.MachineSet) bool {
 			return !maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
@@ -97,19 +122,47 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 		WatchesRawSource(source.TypedKind(c, &clusterv1.Machine{}, mapEvents(r.groupsOfMachine, func(o, n *clusterv1.Machine) bool {
 			return o.Status.NodeRef != n.Status.NodeRef || !maps.Equal(o.Labels, n.Labels) ||
 				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+		})))
+	if r.Workloads == nil {
+		b = b.WatchesRawSource(source.TypedKind(c, &corev1.Node{}, mapEvents(r.groupsOfNodeObject, relevantNodeUpdate))).
+			WatchesRawSource(source.TypedKind(c, &resourceapi.ResourceSlice{}, mapEvents(r.groupsOfSlice, relevantSliceUpdate)))
+	} else {
+		ch := make(chan event.TypedGenericEvent[GroupKey], 1024)
+		r.Workloads.OnNode = func(ctx context.Context, ref ClusterRef, node string, deleted bool) {
+			if deleted {
+				r.ForgetNode(nodeCacheKey(&ref, node))
+			}
+			enqueueChannel(ch, r.groupsOfNode(ctx, &ref, node))
+		}
+		r.Workloads.OnCluster = func(ctx context.Context, ref ClusterRef) {
+			enqueueChannel(ch, r.groupsOfCluster(ctx, ref))
+		}
+		if err := mgr.Add(r.Workloads); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.TypedKind(c, &corev1.Secret{}, mapEvents(r.groupsOfSecret, func(o, n *corev1.Secret) bool {
+			return !equality.Semantic.DeepEqual(o.Data, n.Data)
 		}))).
-		WatchesRawSource(source.TypedKind(c, &corev1.Node{}, mapEvents(r.groupsOfNodeObject, func(o, n *corev1.Node) bool {
-			// Heartbeats and condition changes do not matter; what the capacity keys and
-			// the template are made of does.
-			return o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) ||
-				!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
-				!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
-				!equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity)
-		}))).
-		WatchesRawSource(source.TypedKind(c, &resourceapi.ResourceSlice{}, mapEvents(r.groupsOfSlice, func(o, n *resourceapi.ResourceSlice) bool {
-			return !equality.Semantic.DeepEqual(o.Spec, n.Spec)
-		}))).
-		Complete(r)
+			WatchesRawSource(source.TypedChannel(ch, handler.TypedFuncs[GroupKey, GroupKey]{
+				GenericFunc: func(_ context.Context, e event.TypedGenericEvent[GroupKey], q workqueue.TypedRateLimitingInterface[GroupKey]) {
+					q.Add(e.Object)
+				},
+			}))
+	}
+	return b.Complete(r)
+}
+
+// relevantNodeUpdate: heartbeats and condition changes do not matter; what the capacity keys and
+// the template are made of does.
+func relevantNodeUpdate(o, n *corev1.Node) bool {
+	return o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
+		!equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity)
+}
+
+func relevantSliceUpdate(o, n *resourceapi.ResourceSlice) bool {
+	return !equality.Semantic.DeepEqual(o.Spec, n.Spec)
 }
 
 // mapEvents enqueues the groups fn maps an object to, for updates those of the old and the new
@@ -180,28 +233,66 @@ func (r *Reconciler) groupsOfMachine(ctx context.Context, m *clusterv1.Machine, 
 
 func (r *Reconciler) groupsOfNodeObject(ctx context.Context, n *corev1.Node, deleted bool) []GroupKey {
 	if deleted {
-		r.ForgetNode(n.Name)
+		r.ForgetNode(nodeCacheKey(nil, n.Name))
 	}
-	return r.groupsOfNode(ctx, n.Name)
+	return r.groupsOfNode(ctx, nil, n.Name)
 }
 
 func (r *Reconciler) groupsOfSlice(ctx context.Context, s *resourceapi.ResourceSlice, _ bool) []GroupKey {
 	if s.Spec.NodeName == nil || !r.Drivers.Has(s.Spec.Driver) {
 		return nil
 	}
-	return r.groupsOfNode(ctx, *s.Spec.NodeName)
+	return r.groupsOfNode(ctx, nil, *s.Spec.NodeName)
 }
 
-// groupsOfNode maps a node to the groups of the Machines whose status.nodeRef names it.
-func (r *Reconciler) groupsOfNode(ctx context.Context, node string) []GroupKey {
+// groupsOfNode maps a node to the groups of the Machines whose status.nodeRef names it; in
+// management mode (cluster set) only Machines of that workload cluster.
+func (r *Reconciler) groupsOfNode(ctx context.Context, cluster *ClusterRef, node string) []GroupKey {
 	var machines clusterv1.MachineList
-	if err := r.Client.List(ctx, &machines, client.MatchingFields{indexMachineByNode: node}); err != nil {
+	opts := []client.ListOption{client.MatchingFields{indexMachineByNode: node}}
+	if cluster != nil {
+		opts = append(opts, client.InNamespace(cluster.Namespace))
+	}
+	if err := r.Client.List(ctx, &machines, opts...); err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Machines of node", "node", node)
 		return nil
 	}
 	var keys []GroupKey
 	for i := range machines.Items {
+		if cluster != nil && ClusterOf(&machines.Items[i]) != *cluster {
+			continue
+		}
 		keys = append(keys, r.groupsOfMachine(ctx, &machines.Items[i], false)...)
 	}
 	return sortedKeys(slices.Clip(keys))
+}
+
+// groupsOfCluster: the MachineDeployments and bare MachineSets of a workload cluster.
+func (r *Reconciler) groupsOfCluster(ctx context.Context, cluster ClusterRef) []GroupKey {
+	var keys []GroupKey
+	f := client.MatchingFields{indexGroupByCluster: cluster.String()}
+	var mds clusterv1.MachineDeploymentList
+	if err := r.Client.List(ctx, &mds, client.InNamespace(cluster.Namespace), f); err == nil {
+		for _, md := range mds.Items {
+			keys = append(keys, GroupKey{KindMachineDeployment, md.Namespace, md.Name})
+		}
+	}
+	var mss clusterv1.MachineSetList
+	if err := r.Client.List(ctx, &mss, client.InNamespace(cluster.Namespace), f); err == nil {
+		for i := range mss.Items {
+			if MachineDeploymentOf(&mss.Items[i]) == "" {
+				keys = append(keys, GroupOfMachineSet(&mss.Items[i]))
+			}
+		}
+	}
+	return sortedKeys(keys)
+}
+
+// groupsOfSecret: a kubeconfig Secret's cluster's groups.
+func (r *Reconciler) groupsOfSecret(ctx context.Context, s *corev1.Secret, _ bool) []GroupKey {
+	name, ok := strings.CutSuffix(s.Name, KubeconfigSecretSuffix)
+	if !ok || name == "" {
+		return nil
+	}
+	return r.groupsOfCluster(ctx, ClusterRef{s.Namespace, name})
 }

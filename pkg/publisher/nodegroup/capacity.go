@@ -190,24 +190,33 @@ func commonTaints(nodes []*corev1.Node) string {
 	return strings.Join(parts, ",")
 }
 
-// DRA returns the dra-driver and gpu-count keys for a template: gpuDriver and the number of its
-// devices, if the template has any (over all pools of that driver). Released autoscalers invent
-// that many devices with only the attribute type=gpu for the template node (see
-// BuiltinSlices). An empty gpuDriver or a template without its devices gives no keys.
+// DRA returns the dra-driver, gpu-count and dra-pool keys for a template: gpuDriver and the
+// number of its devices, if the template has any (over all pools of that driver). Released
+// autoscalers invent that many devices with only the attribute type=gpu for the template node
+// (see BuiltinSlices). dra-pool is written only when the driver has exactly one pool on the
+// node, so that it names the pool gpu-count counts: the driver name followed by the pool's
+// suffix (a valid pool name, unique per driver and pool on the node and the same on every
+// node of the shape; the autoscaler suffixes pool names per simulated node anyway). An empty
+// gpuDriver or a template without its devices gives no keys.
 func DRA(t *template.Template, gpuDriver string) map[string]string {
 	out := map[string]string{}
 	if t == nil || gpuDriver == "" {
 		return out
 	}
-	n := 0
+	n, pools, suffix := 0, 0, ""
 	for _, d := range t.Drivers {
 		if d.Name == gpuDriver {
 			n += len(d.Devices)
+			pools++
+			suffix = d.PoolSuffix
 		}
 	}
 	if n > 0 {
 		out[DRADriverKey] = gpuDriver
 		out[GPUCountKey] = strconv.Itoa(n)
+		if pools == 1 {
+			out[DRAPoolKey] = gpuDriver + suffix
+		}
 	}
 	return out
 }

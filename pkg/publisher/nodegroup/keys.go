@@ -24,6 +24,11 @@ const (
 	TaintsKey        = CapacityPrefix + "taints"
 	DRADriverKey     = CapacityPrefix + "dra-driver"
 	GPUCountKey      = CapacityPrefix + "gpu-count"
+	// DRAPoolKey names the ResourcePool of the dra-driver's devices on the template node, as
+	// proposed with dra-driver (kubernetes/autoscaler#7724). Nodes name their pools after
+	// themselves, which a template cannot know, so the value is a stand-in that is the same for
+	// every node of a shape: the driver name plus the template's pool suffix (see DRA).
+	DRAPoolKey = CapacityPrefix + "dra-pool"
 )
 
 // The publisher's own keys, in the template format's domain. They are not part of the template
@@ -61,12 +66,12 @@ var TemplateKeys = []string{
 // ShapeKeys are the capacity keys that describe the machine rather than where it runs; a copy
 // from another group (CopyFromAnnotation) takes these but not labels and taints, which are
 // usually specific to a group.
-var ShapeKeys = []string{CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, DRADriverKey, GPUCountKey}
+var ShapeKeys = []string{CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, DRADriverKey, DRAPoolKey, GPUCountKey}
 
 // ManagedKeys are all keys the publisher may write. It owns them (server-side apply, field
 // manager accel-dra-template-publisher) and leaves every other annotation alone.
 var ManagedKeys = append(append(append([]string{}, TemplateKeys...),
-	CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, LabelsKey, TaintsKey, DRADriverKey, GPUCountKey),
+	CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, LabelsKey, TaintsKey, DRADriverKey, DRAPoolKey, GPUCountKey),
 	SourceAnnotation)
 
 // IsManagedKey reports whether k is one of ManagedKeys.

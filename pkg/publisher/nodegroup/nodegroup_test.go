@@ -155,8 +155,22 @@ func TestDRAAndBuiltinSlices(t *testing.T) {
 		{Name: "npu.accel-dra.io", Devices: []resourceapi.Device{{Name: "npu-0"}}},
 	}}
 	ann := DRA(tmpl, "gpu.accel-dra.io")
-	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "3"}, ann); diff != "" {
+	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "3", DRAPoolKey: "gpu.accel-dra.io"}, ann); diff != "" {
 		t.Errorf("DRA (-want +got):\n%s", diff)
+	}
+	// A driver with two pools on the node: gpu-count counts both, no single pool to name.
+	twoPools := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
+		{Name: "gpu.accel-dra.io", Devices: []resourceapi.Device{{Name: "gpu-0"}}},
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: []resourceapi.Device{{Name: "gpu-0-mig-1g"}, {Name: "gpu-0-mig-2g"}}},
+	}}
+	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "3"}, DRA(twoPools, "gpu.accel-dra.io")); diff != "" {
+		t.Errorf("DRA with two pools (-want +got):\n%s", diff)
+	}
+	onlyMIG := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: []resourceapi.Device{{Name: "gpu-0-mig-1g"}}},
+	}}
+	if got := DRA(onlyMIG, "gpu.accel-dra.io")[DRAPoolKey]; got != "gpu.accel-dra.io/mig" {
+		t.Errorf("dra-pool of a pool with a suffix = %q, want gpu.accel-dra.io/mig", got)
 	}
 	if got := DRA(tmpl, "other.example.com"); len(got) != 0 {
 		t.Errorf("DRA for a driver without devices = %v, want none", got)

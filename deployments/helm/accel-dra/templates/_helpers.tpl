@@ -100,4 +100,32 @@ or with publisher.watchNamespace a Role's in that namespace.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if eq .Values.publisher.mode "management" }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end }}
+
+{{- /*
+The annotation keys the template publisher writes (pkg/publisher/nodegroup.ManagedKeys), as a
+CEL list; its write-scope admission policy allows changes of these only.
+*/}}
+{{- define "accel-dra.publisherAnnotationKeys" -}}
+{{ list
+  "template.accel-dra.io/version"
+  "template.accel-dra.io/hash"
+  "template.accel-dra.io/encoding"
+  "template.accel-dra.io/resourceslices"
+  "capacity.cluster-autoscaler.kubernetes.io/cpu"
+  "capacity.cluster-autoscaler.kubernetes.io/memory"
+  "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk"
+  "capacity.cluster-autoscaler.kubernetes.io/maxPods"
+  "capacity.cluster-autoscaler.kubernetes.io/labels"
+  "capacity.cluster-autoscaler.kubernetes.io/taints"
+  "capacity.cluster-autoscaler.kubernetes.io/dra-driver"
+  "capacity.cluster-autoscaler.kubernetes.io/dra-pool"
+  "capacity.cluster-autoscaler.kubernetes.io/gpu-count"
+  "template.accel-dra.io/source"
+  | toJson }}
 {{- end }}
