@@ -148,7 +148,7 @@ func TestCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("simulate: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "accel-dra template: YES") || !strings.Contains(out, "autoscaler built-in (dra-driver/gpu-count): NO") {
+	if !strings.Contains(out, "accel-dra template: YES") || !strings.Contains(out, "autoscaler built-in (dra-driver/gpu-count), with the slice-count fix: NO") {
 		t.Errorf("simulate output:\n%s", out)
 	}
 
