@@ -27,8 +27,10 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/accelctl"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/template"
 )
@@ -48,18 +50,19 @@ type source struct {
 	name    string // the group suffix and the key of scales
 	profile string // the plugin's mock profile
 	gpus    int
-	// kubeletFlags: the kubelet sets kubernetes.io/arch from its own GOARCH, and its
-	// --node-labels overrides that default; so an amd64 kubelet registers as the arm64 node the
-	// gh200-1x profile describes, and the real publisher carries the label into the template
-	// (rather than a template seeded by hand with accelctl).
-	kubeletFlags []string
-	arch         string // the kubernetes.io/arch its template node must have
+	// seed: the group's annotations are what `accelctl template seed` writes from the real
+	// node's ResourceSlices with kubernetes.io/arch=arm64, not what the publisher writes from the
+	// node. The kubelet labels its Node kubernetes.io/arch from its own GOARCH (amd64 here) and
+	// puts it back over a --node-labels override or a later relabel, so no real node of the
+	// harness is arm64; the devices are still the real plugin's on the gh200-1x profile.
+	seed bool
+	arch string // the kubernetes.io/arch its template node must have
 }
 
 var (
 	h100  = source{name: "h100", profile: "h100-8x-2numa", gpus: 8, arch: "amd64"}
 	gh200 = source{name: "gh200", profile: "gh200-1x", gpus: 1, arch: "arm64",
-		kubeletFlags: []string{"--node-labels=" + corev1.LabelArchStable + "=arm64"}}
+		seed: true}
 	sources = []source{h100, gh200}
 )
 
@@ -200,19 +203,21 @@ func autoscalerBinDir(ctx context.Context, t *testing.T) string {
 	return strings.TrimSpace(stdout.String())
 }
 
-// sourceAnnotations runs a real node of each source in a group of its own, lets the real
-// publisher write their templates, and returns per source the autoscaler's and the template's
-// annotations. It checks that each template node has its source's architecture.
+// sourceAnnotations runs a real node of each source, lets the real publisher write the
+// templates of those in a group (or seeds them, see source.seed), and returns per source the
+// autoscaler's and the template's annotations. It checks that each template node has its
+// source's architecture.
 func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client) map[string]map[string]string {
 	var (
-		wg   sync.WaitGroup
-		errs = make([]error, len(sources))
+		wg     sync.WaitGroup
+		errs   = make([]error, len(sources))
+		seeded = make([]map[string]string, len(sources))
 	)
 	for i, src := range sources {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = startSource(ctx, c, cl, src)
+			seeded[i], errs[i] = startSource(ctx, c, cl, src)
 		}()
 	}
 	wg.Wait()
@@ -226,21 +231,24 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 		t.Fatal(err)
 	}
 	out := map[string]map[string]string{}
-	for _, src := range sources {
-		md := &clusterv1.MachineDeployment{}
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: "source-" + src.name}, md); err != nil {
-				return false, nil
+	for i, src := range sources {
+		ann := seeded[i]
+		if !src.seed {
+			md := &clusterv1.MachineDeployment{}
+			err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: "source-" + src.name}, md); err != nil {
+					return false, nil
+				}
+				return md.Annotations[template.HashAnnotation] != "" && md.Annotations[nodegroup.CPUKey] != "", nil
+			})
+			if err != nil {
+				t.Fatalf("no template on the %s source group: %v\n%s", src.name, err, pub.Proc.LogTail(30))
 			}
-			return md.Annotations[template.HashAnnotation] != "" && md.Annotations[nodegroup.CPUKey] != "", nil
-		})
-		if err != nil {
-			t.Fatalf("no template on the %s source group: %v\n%s", src.name, err, pub.Proc.LogTail(30))
-		}
-		ann := map[string]string{}
-		for k, v := range md.Annotations {
-			if strings.HasPrefix(k, nodegroup.CapacityPrefix) || strings.HasPrefix(k, template.AnnotationPrefix) {
-				ann[k] = v
+			ann = map[string]string{}
+			for k, v := range md.Annotations {
+				if strings.HasPrefix(k, nodegroup.CapacityPrefix) || strings.HasPrefix(k, template.AnnotationPrefix) {
+					ann[k] = v
+				}
 			}
 		}
 		node, err := nodegroup.TemplateNode("template-"+src.name, ann)
@@ -259,24 +267,42 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 	return out
 }
 
-// startSource adds src's node with its plugin to a group "source-<name>" of one machine.
-func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src source) error {
-	g, err := framework.CreateNodeGroup(ctx, cl, "source-"+src.name, nil)
+// startSource adds src's node with its plugin. A seeded source's annotations it returns; any
+// other joins a group "source-<name>" of one machine for the publisher.
+func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src source) (map[string]string, error) {
+	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: src.name + "-source"})
 	if err != nil {
-		return err
-	}
-	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: src.name + "-source", KubeletFlags: src.kubeletFlags})
-	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: src.profile}); err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.gpus); err != nil {
-		return err
+	slices, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.gpus)
+	if err != nil {
+		return nil, err
+	}
+	if src.seed {
+		node, err := c.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		alloc := node.Status.Allocatable
+		seed := &seedv1alpha1.NodeGroupSeed{
+			Capacity:       seedv1alpha1.Capacity{CPU: new(alloc[corev1.ResourceCPU]), Memory: new(alloc[corev1.ResourceMemory])},
+			Labels:         map[string]string{corev1.LabelArchStable: src.arch, corev1.LabelOSStable: "linux"},
+			ResourceSlices: slices,
+		}
+		if err := seed.Validate(); err != nil {
+			return nil, err
+		}
+		return accelctl.SeedAnnotations(seed, accelctl.SeedOptions{GPUDriver: framework.GPUDriver})
+	}
+	g, err := framework.CreateNodeGroup(ctx, cl, "source-"+src.name, nil)
+	if err != nil {
+		return nil, err
 	}
 	_, err = g.AddMachine(ctx, cl, "source-"+src.name+"-0", n.Name, true)
-	return err
+	return nil, err
 }
 
 // runBuild creates the groups at zero of every case, runs the autoscaler build, creates the pods
