@@ -86,13 +86,12 @@ func (cc claimCase) sources() []source {
 	return cc.groups
 }
 
-const productH100 = `device.attributes["gpu.accel-dra.io"].productName == "NVIDIA H100 80GB HBM3"`
-
 var cases = []claimCase{
 	// The provider as pinned announces its synthetic pool with resourceSliceCount 0, so nothing
 	// fits; with the fix its devices have only type=gpu, so only a count fits.
 	{name: "one-gpu", class: framework.GPUDriver, count: 1, scales: map[string]string{"slicefix": "h100", "accel-dra": "h100"}},
-	{name: "product-h100", class: framework.GPUDriver, count: 1, selectors: []string{productH100}, scales: map[string]string{"accel-dra": "h100"}},
+	// The pod selects amd64; an arm64 GH200 group beside its H100 group must stay at 0.
+	{name: "product-h100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName == "NVIDIA H100 80GB HBM3"`}, arch: "amd64", groups: sources, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "memory-79gi", class: framework.GPUDriver, count: 1, selectors: []string{`device.capacity["gpu.accel-dra.io"].memory.compareTo(quantity("79Gi")) >= 0`}, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "numa-x4", class: framework.GPUDriver, count: 4, sameNUMA: true, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "any-x9", class: framework.GPUDriver, count: 9},
@@ -102,7 +101,6 @@ var cases = []claimCase{
 	// only the pod's architecture tells them apart (the provider reads kubernetes.io/arch from
 	// the labels annotation, and defaults to amd64 without it).
 	{name: "arm64-one-gpu", class: framework.GPUDriver, count: 1, arch: "arm64", groups: sources, scales: map[string]string{"slicefix": "gh200", "accel-dra": "gh200"}},
-	{name: "amd64-h100", class: framework.GPUDriver, count: 1, arch: "amd64", selectors: []string{productH100}, groups: sources, scales: map[string]string{"accel-dra": "h100"}},
 }
 
 func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
