@@ -45,7 +45,8 @@ const (
 // builds are the binaries of hack/build-autoscaler.sh.
 var builds = []string{"pinned", "slicefix", "accel-dra"}
 
-// source is a real node shape whose template the publisher writes for the groups under test.
+// source is a real node shape (a real kubelet with the plugin on a mock profile) whose template
+// the groups under test carry.
 type source struct {
 	name    string // the group suffix and the key of scales
 	profile string // the plugin's mock profile
@@ -60,9 +61,8 @@ type source struct {
 }
 
 var (
-	h100  = source{name: "h100", profile: "h100-8x-2numa", gpus: 8, arch: "amd64"}
-	gh200 = source{name: "gh200", profile: "gh200-1x", gpus: 1, arch: "arm64",
-		seed: true}
+	h100    = source{name: "h100", profile: "h100-8x-2numa", gpus: 8, arch: "amd64"}
+	gh200   = source{name: "gh200", profile: "gh200-1x", gpus: 1, arch: "arm64", seed: true}
 	sources = []source{h100, gh200}
 )
 
