@@ -27,14 +27,15 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/accelctl"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/template"
 )
 
 const (
-	profile   = "h100-8x-2numa"
 	podNS     = "default"
 	caseLabel = "e2e.accel-dra.io/case"
 	minSize   = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
@@ -44,27 +45,62 @@ const (
 // builds are the binaries of hack/build-autoscaler.sh.
 var builds = []string{"pinned", "slicefix", "accel-dra"}
 
-// claimCase is one pod's claim and, per build, whether the autoscaler should scale a group of
-// the h100-8x-2numa shape from zero for it.
+// source is a real node shape (a real kubelet with the plugin on a mock profile) whose template
+// the groups under test carry.
+type source struct {
+	name    string // the group suffix and the key of scales
+	profile string // the plugin's mock profile
+	gpus    int
+	// seed: the group's annotations are what `accelctl template seed` writes from the real
+	// node's ResourceSlices with kubernetes.io/arch=arm64, not what the publisher writes from the
+	// node. The kubelet labels its Node kubernetes.io/arch from its own GOARCH (amd64 here) and
+	// puts it back over a --node-labels override or a later relabel, so no real node of the
+	// harness is arm64; the devices are still the real plugin's on the gh200-1x profile.
+	seed bool
+	arch string // the kubernetes.io/arch its template node must have
+}
+
+var (
+	h100    = source{name: "h100", profile: "h100-8x-2numa", gpus: 8, arch: "amd64"}
+	gh200   = source{name: "gh200", profile: "gh200-1x", gpus: 1, arch: "arm64", seed: true}
+	sources = []source{h100, gh200}
+)
+
+// claimCase is one pod's claim, the groups at zero it may land on (all carry the case's label),
+// and per build the group the autoscaler should scale from zero for it ("" for none).
 type claimCase struct {
 	name      string
 	class     string
 	count     int64
 	selectors []string
 	sameNUMA  bool
-	scales    map[string]bool
+	arch      string   // the pod's kubernetes.io/arch nodeSelector, if any
+	groups    []source // default: h100
+	scales    map[string]string
+}
+
+func (cc claimCase) sources() []source {
+	if len(cc.groups) == 0 {
+		return []source{h100}
+	}
+	return cc.groups
 }
 
 var cases = []claimCase{
 	// The provider as pinned announces its synthetic pool with resourceSliceCount 0, so nothing
 	// fits; with the fix its devices have only type=gpu, so only a count fits.
-	{name: "one-gpu", class: framework.GPUDriver, count: 1, scales: map[string]bool{"slicefix": true, "accel-dra": true}},
-	{name: "product-h100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName == "NVIDIA H100 80GB HBM3"`}, scales: map[string]bool{"accel-dra": true}},
-	{name: "memory-79gi", class: framework.GPUDriver, count: 1, selectors: []string{`device.capacity["gpu.accel-dra.io"].memory.compareTo(quantity("79Gi")) >= 0`}, scales: map[string]bool{"accel-dra": true}},
-	{name: "numa-x4", class: framework.GPUDriver, count: 4, sameNUMA: true, scales: map[string]bool{"accel-dra": true}},
+	{name: "one-gpu", class: framework.GPUDriver, count: 1, scales: map[string]string{"slicefix": "h100", "accel-dra": "h100"}},
+	// The pod selects amd64; an arm64 GH200 group beside its H100 group must stay at 0.
+	{name: "product-h100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName == "NVIDIA H100 80GB HBM3"`}, arch: "amd64", groups: sources, scales: map[string]string{"accel-dra": "h100"}},
+	{name: "memory-79gi", class: framework.GPUDriver, count: 1, selectors: []string{`device.capacity["gpu.accel-dra.io"].memory.compareTo(quantity("79Gi")) >= 0`}, scales: map[string]string{"accel-dra": "h100"}},
+	{name: "numa-x4", class: framework.GPUDriver, count: 4, sameNUMA: true, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "any-x9", class: framework.GPUDriver, count: 9},
 	{name: "product-a100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName.startsWith("NVIDIA A100")`}},
 	{name: "npu", class: framework.NPUDriver, count: 1},
+	// An amd64 H100 group and an arm64 GH200 group, both at zero, both with a GPU for the claim:
+	// only the pod's architecture tells them apart (the provider reads kubernetes.io/arch from
+	// the labels annotation, and defaults to amd64 without it).
+	{name: "arm64-one-gpu", class: framework.GPUDriver, count: 1, arch: "arm64", groups: sources, scales: map[string]string{"slicefix": "gh200", "accel-dra": "gh200"}},
 }
 
 func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
@@ -95,19 +131,23 @@ func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *
 			}},
 		},
 	}
+	if cc.arch != "" {
+		pod.Spec.NodeSelector[corev1.LabelArchStable] = cc.arch
+	}
 	return rct, pod
 }
 
 // outcome is the autoscaler's decision for one pod.
 type outcome struct {
 	build, name string
-	scaled      bool
+	scaled      string        // the sources of the groups that went to 1, joined by "+"
 	latency     time.Duration // from the pod being unschedulable to the decision
 	reason      string
 }
 
-// TestAutoscalerScaleFromZero: the publisher writes the template of a real H100 node; groups at
-// zero with that template get one pod each; each autoscaler build decides.
+// TestAutoscalerScaleFromZero: the publisher writes the templates of a real H100 node and a real
+// (arm64) GH200 node; groups at zero with those templates get one pod per case; each autoscaler
+// build decides.
 func TestAutoscalerScaleFromZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -124,24 +164,24 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
 		t.Fatal(err)
 	}
-	source := sourceAnnotations(ctx, t, c, cl)
-	t.Logf("template of a real %s node published after %s", profile, time.Since(start).Round(time.Second))
+	templates := sourceAnnotations(ctx, t, c, cl)
+	t.Logf("templates of real %s and %s nodes published after %s", h100.profile, gh200.profile, time.Since(start).Round(time.Second))
 
 	var all []outcome
 	for _, build := range builds {
 		t.Run(build, func(t *testing.T) {
-			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, source)...)
+			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates)...)
 		})
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-13s %-9s %s\n", "build", "claim", "decision", "pending → decision")
+	fmt.Fprintf(&b, "%-10s %-13s %-14s %s\n", "build", "claim", "decision", "pending → decision")
 	for _, o := range all {
 		d := "stays 0"
-		if o.scaled {
-			d = "0 → 1"
+		if o.scaled != "" {
+			d = o.scaled + " 0 → 1"
 		}
-		fmt.Fprintf(&b, "%-10s %-13s %-9s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
+		fmt.Fprintf(&b, "%-10s %-13s %-14s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
 	}
 	t.Logf("autoscaler decisions (scan interval 1s):\n%s", b.String())
 	t.Logf("wall time %s", time.Since(start).Round(time.Second))
@@ -161,73 +201,132 @@ func autoscalerBinDir(ctx context.Context, t *testing.T) string {
 	return strings.TrimSpace(stdout.String())
 }
 
-// sourceAnnotations runs a real node of the profile in a group, lets the real publisher write
-// its template, and returns the autoscaler's and the template's annotations.
-func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client) map[string]string {
-	g, err := framework.CreateNodeGroup(ctx, cl, "source", nil)
-	if err != nil {
-		t.Fatal(err)
+// sourceAnnotations runs a real node of each source, lets the real publisher write the
+// templates of those in a group (or seeds them, see source.seed), and returns per source the
+// autoscaler's and the template's annotations. It checks that each template node has its
+// source's architecture.
+func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client) map[string]map[string]string {
+	var (
+		wg     sync.WaitGroup
+		errs   = make([]error, len(sources))
+		seeded = make([]map[string]string, len(sources))
+	)
+	for i, src := range sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seeded[i], errs[i] = startSource(ctx, c, cl, src)
+		}()
 	}
-	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: "h100-source"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: profile}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, 8); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := g.AddMachine(ctx, cl, "source-0", n.Name, true); err != nil {
-		t.Fatal(err)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	pub, err := framework.StartPublisher(ctx, c, "--leader-elect=false")
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := &clusterv1.MachineDeployment{}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: "source"}, md); err != nil {
-			return false, nil
+	out := map[string]map[string]string{}
+	for i, src := range sources {
+		ann := seeded[i]
+		if !src.seed {
+			md := &clusterv1.MachineDeployment{}
+			err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: "source-" + src.name}, md); err != nil {
+					return false, nil
+				}
+				return md.Annotations[template.HashAnnotation] != "" && md.Annotations[nodegroup.CPUKey] != "", nil
+			})
+			if err != nil {
+				t.Fatalf("no template on the %s source group: %v\n%s", src.name, err, pub.Proc.LogTail(30))
+			}
+			ann = map[string]string{}
+			for k, v := range md.Annotations {
+				if strings.HasPrefix(k, nodegroup.CapacityPrefix) || strings.HasPrefix(k, template.AnnotationPrefix) {
+					ann[k] = v
+				}
+			}
 		}
-		return md.Annotations[template.HashAnnotation] != "" && md.Annotations[nodegroup.CPUKey] != "", nil
-	})
-	if err != nil {
-		t.Fatalf("no template on the source group: %v\n%s", err, pub.Proc.LogTail(30))
+		node, err := nodegroup.TemplateNode("template-"+src.name, ann)
+		if err != nil {
+			t.Fatalf("%s template: %v", src.name, err)
+		}
+		if got := node.Labels[corev1.LabelArchStable]; got != src.arch {
+			t.Fatalf("%s template node: %s=%q, want %q (labels annotation %q)", src.name, corev1.LabelArchStable, got, src.arch, ann[nodegroup.LabelsKey])
+		}
+		out[src.name] = ann
 	}
 	// The groups under test must keep exactly these annotations.
 	if err := pub.Proc.Stop(); err != nil {
 		t.Logf("stopping the publisher: %v", err)
 	}
-	out := map[string]string{}
-	for k, v := range md.Annotations {
-		if strings.HasPrefix(k, nodegroup.CapacityPrefix) || strings.HasPrefix(k, template.AnnotationPrefix) {
-			out[k] = v
-		}
-	}
 	return out
 }
 
-// runBuild creates a group at zero per case, runs the autoscaler build, creates the pods and
-// waits for each decision; then it stops the autoscaler and removes what it created.
-func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client, bin, build string, source map[string]string) []outcome {
-	groups := map[string]*framework.NodeGroup{}
+// startSource adds src's node with its plugin. A seeded source's annotations it returns; any
+// other joins a group "source-<name>" of one machine for the publisher.
+func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src source) (map[string]string, error) {
+	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: src.name + "-source"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: src.profile}); err != nil {
+		return nil, err
+	}
+	slices, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.gpus)
+	if err != nil {
+		return nil, err
+	}
+	if src.seed {
+		node, err := c.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		alloc := node.Status.Allocatable
+		seed := &seedv1alpha1.NodeGroupSeed{
+			Capacity:       seedv1alpha1.Capacity{CPU: new(alloc[corev1.ResourceCPU]), Memory: new(alloc[corev1.ResourceMemory])},
+			Labels:         map[string]string{corev1.LabelArchStable: src.arch, corev1.LabelOSStable: "linux"},
+			ResourceSlices: slices,
+		}
+		if err := seed.Validate(); err != nil {
+			return nil, err
+		}
+		return accelctl.SeedAnnotations(seed, accelctl.SeedOptions{GPUDriver: framework.GPUDriver})
+	}
+	g, err := framework.CreateNodeGroup(ctx, cl, "source-"+src.name, nil)
+	if err != nil {
+		return nil, err
+	}
+	_, err = g.AddMachine(ctx, cl, "source-"+src.name+"-0", n.Name, true)
+	return nil, err
+}
+
+// runBuild creates the groups at zero of every case, runs the autoscaler build, creates the pods
+// and waits for each decision; then it stops the autoscaler and removes what it created.
+func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client, bin, build string, templates map[string]map[string]string) []outcome {
+	groups := map[string][]*framework.NodeGroup{}
+	nGroups := 0
 	for _, cc := range cases {
 		name := build + "-" + cc.name
-		ann := map[string]string{minSize: "0", maxSize: "1"}
-		for k, v := range source {
-			ann[k] = v
+		for _, src := range cc.sources() {
+			ann := map[string]string{minSize: "0", maxSize: "1"}
+			for k, v := range templates[src.name] {
+				ann[k] = v
+			}
+			label := caseLabel + "=" + name
+			if l := ann[nodegroup.LabelsKey]; l != "" {
+				label = l + "," + label
+			}
+			ann[nodegroup.LabelsKey] = label
+			g, err := framework.CreateNodeGroup(ctx, cl, name+"-"+src.name, ann)
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups[cc.name] = append(groups[cc.name], g)
+			nGroups++
 		}
-		label := caseLabel + "=" + name
-		if l := ann[nodegroup.LabelsKey]; l != "" {
-			label = l + "," + label
-		}
-		ann[nodegroup.LabelsKey] = label
-		g, err := framework.CreateNodeGroup(ctx, cl, name, ann)
-		if err != nil {
-			t.Fatal(err)
-		}
-		groups[cc.name] = g
 	}
 
 	port, err := framework.FreePort()
@@ -265,10 +364,10 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		default:
 		}
 		n, err := framework.ScrapeMetric(addr, "cluster_autoscaler_node_groups_count", `node_group_type="autoscaled"`)
-		return err == nil && int(n) == len(cases), nil
+		return err == nil && int(n) == nGroups, nil
 	})
 	if err != nil {
-		t.Fatalf("the autoscaler does not see the %d groups: %v\n%s", len(cases), err, proc.LogTail(40))
+		t.Fatalf("the autoscaler does not see the %d groups: %v\n%s", nGroups, err, proc.LogTail(40))
 	}
 
 	var (
@@ -295,9 +394,9 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 	for _, o := range outcomes {
 		want := cases[caseIndex(o.name)].scales[build]
 		if o.scaled != want {
-			t.Errorf("%s %s: scaled %v, want %v (autoscaler: %s)\n%s", build, o.name, o.scaled, want, o.reason, proc.LogTail(30))
+			t.Errorf("%s %s: scaled %q, want %q (autoscaler: %s)\n%s", build, o.name, o.scaled, want, o.reason, proc.LogTail(30))
 		}
-		t.Logf("%-13s scaled=%-5v after %-6s %s", o.name, o.scaled, o.latency.Round(100*time.Millisecond), o.reason)
+		t.Logf("%-13s scaled=%-5q after %-6s %s", o.name, o.scaled, o.latency.Round(100*time.Millisecond), o.reason)
 	}
 
 	// Clean up for the next build: its autoscaler must see only its own groups and pods.
@@ -305,8 +404,10 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		name := build + "-" + cc.name
 		_ = c.Client().CoreV1().Pods(podNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 		_ = c.Client().ResourceV1().ResourceClaimTemplates(podNS).Delete(ctx, name, metav1.DeleteOptions{})
-		_ = cl.Delete(ctx, groups[cc.name].MS)
-		_ = cl.Delete(ctx, groups[cc.name].MD)
+		for _, g := range groups[cc.name] {
+			_ = cl.Delete(ctx, g.MS)
+			_ = cl.Delete(ctx, g.MD)
+		}
 	}
 	return outcomes
 }
@@ -320,10 +421,10 @@ func caseIndex(name string) int {
 	return -1
 }
 
-// decide creates the case's pod and waits for the autoscaler: the group's spec.replicas going
-// to 1, or (for a case that must not scale) two loops that say NotTriggerScaleUp for the pod
-// while the group stays at 0.
-func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build string, cc claimCase, g *framework.NodeGroup) (outcome, error) {
+// decide creates the case's pod and waits for the autoscaler: one of the case's groups going to
+// spec.replicas 1, or (for a case that must not scale) two loops that say NotTriggerScaleUp for
+// the pod while every group stays at 0. groups are in the order of cc.sources().
+func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build string, cc claimCase, groups []*framework.NodeGroup) (outcome, error) {
 	name := build + "-" + cc.name
 	o := outcome{build: build, name: cc.name}
 	rct, pod := cc.objects(name)
@@ -334,7 +435,7 @@ func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build str
 		return o, err
 	}
 	var pending time.Time
-	wantScale := cc.scales[build]
+	wantScale := cc.scales[build] != ""
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		if pending.IsZero() {
 			p, err := c.Client().CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
@@ -350,12 +451,12 @@ func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build str
 				return false, nil
 			}
 		}
-		md := &clusterv1.MachineDeployment{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+		scaled, err := scaledGroups(ctx, cl, cc, groups)
+		if err != nil {
 			return false, nil
 		}
-		if md.Spec.Replicas != nil && *md.Spec.Replicas > 0 {
-			o.scaled, o.latency = true, time.Since(pending)
+		if scaled != "" {
+			o.scaled, o.latency = scaled, time.Since(pending)
 			o.reason = eventMessage(ctx, c, name, "TriggeredScaleUp")
 			return true, nil
 		}
@@ -371,19 +472,36 @@ func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build str
 		// a slow first loop does not fail it.
 		return !wantScale, nil
 	})
-	if err == nil && !o.scaled {
-		// A few more loops (--scan-interval=1s) must not scale the group either.
+	if err == nil && (o.scaled == "" || len(groups) > 1) {
+		// A few more loops (--scan-interval=1s) must not scale the group, or another of the
+		// case's groups, either.
 		time.Sleep(3 * time.Second)
-		md := &clusterv1.MachineDeployment{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+		scaled, err := scaledGroups(ctx, cl, cc, groups)
+		if err != nil {
 			return o, err
 		}
-		o.scaled = md.Spec.Replicas != nil && *md.Spec.Replicas > 0
+		o.scaled = scaled
 	}
 	if err != nil && !(wantScale && o.reason != "") {
 		return o, fmt.Errorf("no decision: %w; %s", err, framework.DescribePod(ctx, c.Client(), podNS, name))
 	}
 	return o, nil
+}
+
+// scaledGroups returns the sources of the case's groups whose spec.replicas is above 0, joined
+// by "+".
+func scaledGroups(ctx context.Context, cl client.Client, cc claimCase, groups []*framework.NodeGroup) (string, error) {
+	var scaled []string
+	for i, g := range groups {
+		md := &clusterv1.MachineDeployment{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+			return "", err
+		}
+		if md.Spec.Replicas != nil && *md.Spec.Replicas > 0 {
+			scaled = append(scaled, cc.sources()[i].name)
+		}
+	}
+	return strings.Join(scaled, "+"), nil
 }
 
 func eventMessage(ctx context.Context, c *cluster.Cluster, pod, reason string) string {
