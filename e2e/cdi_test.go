@@ -221,13 +221,20 @@ func checkAscendDriverFiles(t *testing.T, rec fakecri.ContainerRecord, devs []st
 	for _, d := range devs {
 		want = append(want, strings.TrimPrefix(d, "npu-"))
 	}
+	got := strings.Split(envValue(rec.Env, "ASCEND_VISIBLE_DEVICES"), ",")
 	if len(devs) == 3 {
 		// Known limit (docs/cdi.md): a container that uses every request of a multi-request
 		// claim gets each request's CDI device, and CDI keeps the last value of a variable set
 		// by several, so ASCEND_VISIBLE_DEVICES names one request's NPUs; its nodes are right.
+		// What still must hold: it names none but the container's own NPUs.
+		t.Logf("container %s uses the whole claim: ASCEND_VISIBLE_DEVICES=%v covers one request only (known limit, docs/cdi.md)", rec.ContainerName, got)
+		for _, g := range got {
+			if !slices.Contains(want, g) {
+				t.Errorf("container %s: ASCEND_VISIBLE_DEVICES=%v names NPU %s, not one of its own %v", rec.ContainerName, got, g, want)
+			}
+		}
 		return
 	}
-	got := strings.Split(envValue(rec.Env, "ASCEND_VISIBLE_DEVICES"), ",")
 	sort.Strings(got)
 	sort.Strings(want)
 	if !slices.Equal(got, want) {
