@@ -104,16 +104,11 @@ var cases = []claimCase{
 }
 
 func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
-	req := resourceapi.DeviceRequest{Name: "devs", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: cc.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: cc.count,
-	}}
-	for _, s := range cc.selectors {
-		req.Exactly.Selectors = append(req.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
-	}
-	claim := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}
+	numa := ""
 	if cc.sameNUMA {
-		claim.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"devs"}, MatchAttribute: new(resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode"))}}
+		numa = "resource.kubernetes.io/numaNode"
 	}
+	claim := framework.DeviceClaim("devs", cc.class, cc.count, cc.selectors, numa)
 	rct := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: group},
 		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: claim}},

@@ -407,3 +407,19 @@ func DescribePod(ctx context.Context, client kubernetes.Interface, ns, name stri
 	}
 	return b.String()
 }
+
+// DeviceClaim is a claim of count devices of class in one request, each matching every CEL
+// selector, with a matchAttribute constraint when matchAttribute is not empty.
+func DeviceClaim(request, class string, count int64, selectors []string, matchAttribute string) resourceapi.DeviceClaim {
+	req := resourceapi.DeviceRequest{Name: request, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count,
+	}}
+	for _, s := range selectors {
+		req.Exactly.Selectors = append(req.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
+	}
+	claim := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}
+	if matchAttribute != "" {
+		claim.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{request}, MatchAttribute: new(resourceapi.FullyQualifiedName(matchAttribute))}}
+	}
+	return claim
+}

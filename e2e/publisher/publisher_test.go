@@ -62,16 +62,11 @@ var claimCases = []claimCase{
 }
 
 func (cc claimCase) template() *resourceapi.ResourceClaimTemplate {
-	req := resourceapi.DeviceRequest{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: framework.GPUDriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: cc.count,
-	}}
-	for _, s := range cc.selectors {
-		req.Exactly.Selectors = append(req.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
-	}
-	claim := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}
+	numa := ""
 	if cc.sameNUMA {
-		claim.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"gpus"}, MatchAttribute: new(resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode"))}}
+		numa = "resource.kubernetes.io/numaNode"
 	}
+	claim := framework.DeviceClaim("gpus", framework.GPUDriver, cc.count, cc.selectors, numa)
 	return &resourceapi.ResourceClaimTemplate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: cc.name},
