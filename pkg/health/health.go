@@ -15,6 +15,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
 // State is a device's health as the kubelet's DRAResourceHealth API knows it.
@@ -211,4 +213,18 @@ func (d DeviceHealth) Message() string {
 		return "no health source watches this device"
 	}
 	return ""
+}
+
+// SourceConfig configures a backend's health source.
+type SourceConfig struct {
+	// Classifier decides which XIDs count; nil uses DefaultIgnoredXIDs.
+	Classifier *Classifier
+	// PollInterval is how often a source polls what it cannot be told (a lost GPU, a recovery,
+	// a mock's fault files); zero means the source's default.
+	PollInterval time.Duration
+}
+
+// Watcher is a backend that can watch its devices' health.
+type Watcher interface {
+	HealthSource(devs []device.Device, cfg SourceConfig) Source
 }
