@@ -261,4 +261,3 @@ func TestUnknownTaintOnlyWhenConfigured(t *testing.T) {
 		}
 	}
 }
-
