@@ -57,7 +57,7 @@ type Options struct {
 	// DeviceTaintEffects override the taint effect per cause (cause=NoSchedule|NoExecute|None).
 	DeviceTaintEffects map[string]string
 	Kube               kubeclient.Options
-	Logging              *logsapi.LoggingConfiguration
+	Logging            *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
