@@ -49,6 +49,9 @@ type Options struct {
 	AscendDriverRoot     string
 	AscendHostDriverRoot string
 	AscendDriverPaths    []string
+	Kube                 kubeclient.Options
+	Logging              *logsapi.LoggingConfiguration
+
 	// DeviceHealth turns device health on (docs/health.md): the kubelet's health stream and
 	// device taints.
 	DeviceHealth bool
@@ -56,8 +59,6 @@ type Options struct {
 	IgnoredXIDs []uint
 	// DeviceTaintEffects override the taint effect per cause (cause=NoSchedule|NoExecute|None).
 	DeviceTaintEffects map[string]string
-	Kube               kubeclient.Options
-	Logging            *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
