@@ -221,6 +221,16 @@ func (d *Driver) watchHealth(ctx context.Context, reports chan<- kubeletplugin.D
 	}
 	logger := klog.FromContext(ctx)
 	logger.V(2).Info("Kubelet watches device health")
+	// The first report waits for the source's first pass (bounded, for a source that never
+	// finishes one): reported too early, watched devices would read Unknown, and after a plugin
+	// restart the kubelet would flip running pods' health to Unknown and back.
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-h.tracker.Synced():
+	case <-h.opts.Clock.After(h.opts.Timeout / 3):
+		logger.Info("Device health source has not finished its first pass, reporting what is known")
+	}
 	ticker := h.opts.Clock.NewTicker(h.opts.Timeout / 3)
 	defer ticker.Stop()
 	for {

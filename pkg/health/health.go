@@ -65,6 +65,9 @@ const (
 	Fault EventType = "Fault"
 	// Recovered: the hardware says the problem of Cause (every cause if empty) is gone.
 	Recovered EventType = "Recovered"
+	// Synced (no device): the source has reported what it found at start, so a report sent
+	// now does not call a watched device Unknown only because the source was not done yet.
+	Synced EventType = "Synced"
 )
 
 // Event is one observation of a source about one device.
@@ -105,7 +108,8 @@ func (f SourceFunc) Run(ctx context.Context, emit func(Event)) error { return f(
 
 // Unmonitored is the source of a node that offers no health information: it reports nothing,
 // so every device stays Unknown.
-var Unmonitored Source = SourceFunc(func(ctx context.Context, _ func(Event)) error {
+var Unmonitored Source = SourceFunc(func(ctx context.Context, emit func(Event)) error {
+	emit(Event{Type: Synced})
 	<-ctx.Done()
 	return nil
 })

@@ -54,6 +54,7 @@ type Tracker struct {
 	mu      sync.Mutex
 	devices map[string]*tracked
 	changed chan struct{}
+	synced  chan struct{}
 }
 
 type tracked struct {
@@ -85,7 +86,7 @@ type Transition struct {
 // NewTracker loads the state file, keeping what belongs to this boot and these devices. An
 // unreadable file is an error: silently starting clean would untaint a broken device.
 func NewTracker(opts TrackerOptions) (*Tracker, error) {
-	t := &Tracker{opts: opts, clock: opts.Clock, devices: map[string]*tracked{}, changed: make(chan struct{})}
+	t := &Tracker{opts: opts, clock: opts.Clock, devices: map[string]*tracked{}, changed: make(chan struct{}), synced: make(chan struct{})}
 	if t.clock == nil {
 		t.clock = clock.RealClock{}
 	}
@@ -140,12 +141,23 @@ func (t *Tracker) Changes() <-chan struct{} {
 	return t.changed
 }
 
+// Synced is closed once the source reported its Synced event.
+func (t *Tracker) Synced() <-chan struct{} { return t.synced }
+
 // Apply records an event. It returns the state transition it caused, if any, and whether the
 // device's conditions changed (a second cause, another XID), which changes taints without
 // changing the state. An event for an unknown device is an error.
 func (t *Tracker) Apply(ev Event) (*Transition, bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if ev.Type == Synced {
+		select {
+		case <-t.synced:
+		default:
+			close(t.synced)
+		}
+		return nil, false, nil
+	}
 	d, ok := t.devices[ev.Device]
 	if !ok {
 		return nil, false, fmt.Errorf("health event %s: no such device", ev)

@@ -91,6 +91,9 @@ func (s *faultSource) Run(ctx context.Context, emit func(health.Event)) error {
 			}
 			reported[d.Name] = next
 		}
+		if first {
+			emit(health.Event{Type: health.Synced})
+		}
 		first = false
 		select {
 		case <-ctx.Done():

@@ -102,6 +102,7 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 		}
 		emit(health.Event{Type: health.Watching, Device: d.Name})
 	}
+	emit(health.Event{Type: health.Synced})
 
 	lastPoll := time.Time{}
 	for ctx.Err() == nil {
