@@ -152,14 +152,22 @@ func (s *healthSource) handleEvent(ctx context.Context, byHandle map[nvml.Device
 		if ev.Cause == health.CauseLost {
 			w.lost = true
 		} else {
-			w.faulted, w.actionSeen = true, false
+			w.fault()
 		}
 		emit(ev)
 	case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
 		logger.Info("GPU reported a double-bit ECC error", "device", w.name)
-		w.faulted, w.actionSeen = true, false
+		w.fault()
 		emit(health.Event{Type: health.Fault, Device: w.name, Cause: health.CauseECC, Message: "double-bit (uncorrectable) ECC error"})
 	}
+}
+
+// fault records an XID or ECC fault. The recovery action is read at once: the driver sets it
+// with the error, and a reset that follows quickly must not be missed by waiting for the poll.
+func (w *watched) fault() {
+	w.faulted = true
+	action, ok := recoveryAction(w.handle)
+	w.actionSeen = ok && action != nvml.GPU_RECOVERY_ACTION_NONE
 }
 
 // poll asks every device whether it still answers and, for faulted ones, whether NVML still

@@ -16,6 +16,16 @@ import (
 // TestHealthFromFaultFiles runs the real NVML health source against the mock machine and drives
 // it only through fault files, as the e2e tests and users do.
 func TestHealthFromFaultFiles(t *testing.T) {
+	testHealthFromFaultFiles(t, 50*time.Millisecond, false)
+}
+
+// TestHealthQuickReset: a reset right after the XID, before any poll saw the recovery action,
+// still recovers the GPU, because the action is read with the event.
+func TestHealthQuickReset(t *testing.T) {
+	testHealthFromFaultFiles(t, 2*time.Second, true)
+}
+
+func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	dir := t.TempDir()
 	be, err := New("h100-8x-2numa", "node-a", WithFaultDir(dir))
 	if err != nil {
@@ -35,7 +45,7 @@ func TestHealthFromFaultFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: 50 * time.Millisecond})
+	src := be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: poll})
 	done := make(chan error)
 	go func() {
 		done <- src.Run(ctx, func(ev health.Event) {
@@ -79,6 +89,15 @@ func TestHealthFromFaultFiles(t *testing.T) {
 	}
 
 	expect("start", "gpu-3", health.Healthy, "", "")
+	if quick {
+		inject("gpu-5", "xid 48\n")
+		expect("xid", "gpu-5", health.Unhealthy, health.CauseXID, "XID 48")
+		recover("gpu-5")
+		expect("quick reset", "gpu-5", health.Healthy, "", "")
+		cancel()
+		<-done
+		return
+	}
 	inject("gpu-3", "xid 48\n")
 	expect("xid", "gpu-3", health.Unhealthy, health.CauseXID, "XID 48")
 	inject("gpu-1", "xid 13\n")

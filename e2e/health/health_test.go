@@ -1,0 +1,449 @@
+//go:build e2e
+
+// Package health checks device health end to end on real kubelets: faults injected into the mock
+// GPU machine become device taints in the node's ResourceSlice, which the scheduler and the
+// controller-manager's device taint eviction act on, and Unhealthy entries in the running pods'
+// allocatedResourcesStatus, through the kubelet's DRAResourceHealth stream.
+package health
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/accel-dra/accel-dra/e2e/cluster"
+	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/health"
+)
+
+const (
+	nodeName = "health-node"
+	ns       = metav1.NamespaceDefault
+	xidKey   = framework.GPUDriver + "/xid"
+	eccKey   = framework.GPUDriver + "/ecc"
+	lostKey  = framework.GPUDriver + "/lost"
+)
+
+type env struct {
+	ctx    context.Context
+	c      *cluster.Cluster
+	client kubernetes.Interface
+	plugin *framework.Plugin
+	uuids  map[string]string
+	faults string
+}
+
+func TestDeviceHealth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c := cluster.StartForTest(t, cluster.Options{})
+	e := &env{ctx: ctx, c: c, client: c.Client(), uuids: map[string]string{}}
+	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.AddNode(ctx, cluster.NodeOptions{Name: nodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the chart runs the mock, with lost GPUs configured to evict their pods.
+	e.plugin, err = framework.StartPlugin(ctx, c, node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
+		ExtraArgs: []string{"--device-taint-effects=lost=NoExecute"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.faults = filepath.Join(node.PluginDataDir(framework.GPUDriver), "mock", health.FaultDir)
+	slices, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, nodeName, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			e.uuids[d.Name] = *d.Attributes["uuid"].StringValue
+		}
+	}
+	if !t.Run("XID", e.testXID) {
+		return
+	}
+	if !t.Run("RestartKeepsTaint", e.testRestart) {
+		return
+	}
+	t.Run("LostGPUEvicts", e.testLost)
+}
+
+// testXID: an XID on the GPU of a running pod taints the GPU and shows in the pod's status; the
+// recovery clears both. A pod that fits only on the tainted GPU waits until it recovers.
+func (e *env) testXID(t *testing.T) {
+	e.template(t, "gpu-3-only", "gpu-3")
+	e.createPod(t, "holder", "gpu-3-only")
+	e.waitPodHealth(t, "holder", "Healthy", "")
+
+	e.inject(t, "gpu-3", "xid 48\n")
+	taint := e.waitTaint(t, "gpu-3", xidKey, true)
+	if taint.Value != "48" || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || taint.TimeAdded == nil {
+		t.Errorf("XID taint %+v, want value 48, NoSchedule, a timeAdded", taint)
+	}
+	e.waitPodHealth(t, "holder", "Unhealthy", "XID 48")
+	e.waitNodeEvent(t, "DeviceUnhealthy", "gpu-3", "XID 48")
+	if v, err := e.plugin.Metric("accel_dra_device_health", `device="gpu-3"`, `state="Unhealthy"`); err != nil || v != 1 {
+		t.Errorf("accel_dra_device_health{device=gpu-3,state=Unhealthy} = %v, %v; want 1", v, err)
+	}
+
+	e.recover(t, "gpu-3")
+	e.waitTaint(t, "gpu-3", xidKey, false)
+	e.waitPodHealth(t, "holder", "Healthy", "")
+
+	// Free gpu-3, break it again, and ask for it.
+	e.deletePod(t, "holder")
+	e.inject(t, "gpu-3", "xid 48\n")
+	e.waitTaint(t, "gpu-3", xidKey, true)
+	e.createPod(t, "waiter", "gpu-3-only")
+	e.waitUnschedulable(t, "waiter")
+	// Still pending after the scheduler retried on its own backoff: the taint, not a race, keeps
+	// it off.
+	time.Sleep(10 * time.Second)
+	if p, err := e.client.CoreV1().Pods(ns).Get(e.ctx, "waiter", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("pod that fits only on the tainted gpu-3 was scheduled: %v %s", err, framework.DescribePod(e.ctx, e.client, ns, "waiter"))
+	}
+	e.recover(t, "gpu-3")
+	e.waitTaint(t, "gpu-3", xidKey, false)
+	if _, err := framework.WaitForPodRunning(e.ctx, e.client, ns, "waiter", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPodHealth(t, "waiter", "Healthy", "")
+	e.deletePod(t, "waiter")
+}
+
+// testRestart: a plugin restart while a GPU is unhealthy keeps its taint and timeAdded, and the
+// kubelet's health stream resumes without the pod's device going Unknown.
+func (e *env) testRestart(t *testing.T) {
+	e.template(t, "gpu-6-only", "gpu-6")
+	e.createPod(t, "survivor", "gpu-6-only")
+	e.waitPodHealth(t, "survivor", "Healthy", "")
+	e.inject(t, "gpu-6", "xid 94\n")
+	before := e.waitTaint(t, "gpu-6", xidKey, true)
+	e.waitPodHealth(t, "survivor", "Unhealthy", "XID 94")
+
+	// Watch the pod's health through the restart and well past the kubelet's 30s timeout.
+	watchCtx, stopWatch := context.WithCancel(e.ctx)
+	var mu sync.Mutex
+	var seen []string
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		_ = wait.PollUntilContextCancel(watchCtx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			if h, _, err := e.podHealth(ctx, "survivor"); err == nil && h != "Unhealthy" {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s at %s", h, time.Now().Format(time.TimeOnly)))
+				mu.Unlock()
+			}
+			return false, nil
+		})
+	}()
+
+	if err := e.plugin.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Republished slices keep the taint as it was.
+	for range 10 {
+		after := e.waitTaint(t, "gpu-6", xidKey, true)
+		if !after.TimeAdded.Equal(before.TimeAdded) || after.Value != before.Value {
+			t.Fatalf("taint after restart %+v, want %+v", after, before)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The stream carries new observations.
+	e.inject(t, "gpu-6", "xid 94\necc\n")
+	e.waitTaint(t, "gpu-6", eccKey, true)
+	e.waitPodHealth(t, "survivor", "Unhealthy", "ECC")
+	time.Sleep(35 * time.Second)
+	stopWatch()
+	<-watchDone
+	mu.Lock()
+	if len(seen) > 0 {
+		t.Errorf("the pod's device health was not Unhealthy during the plugin restart: %v", seen)
+	}
+	mu.Unlock()
+	e.recover(t, "gpu-6")
+	e.waitTaint(t, "gpu-6", xidKey, false)
+	e.waitPodHealth(t, "survivor", "Healthy", "")
+	e.deletePod(t, "survivor")
+}
+
+// testLost: a GPU that falls off the bus gets a NoExecute taint (configured), the device taint
+// eviction controller evicts its pod, and the ReplicaSet's replacement gets a healthy GPU.
+func (e *env) testLost(t *testing.T) {
+	e.template(t, "any-gpu", "")
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "worker"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "worker"}},
+				Spec:       podSpec("any-gpu"),
+			},
+		},
+	}
+	if _, err := e.client.AppsV1().ReplicaSets(ns).Create(e.ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first, dev := e.waitWorker(t, "")
+	e.inject(t, dev, "lost\n")
+	taint := e.waitTaint(t, dev, lostKey, true)
+	if taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
+		t.Errorf("lost taint %+v, want NoExecute", taint)
+	}
+	second, dev2 := e.waitWorker(t, first)
+	if dev2 == dev {
+		t.Errorf("replacement %s got the lost %s", second, dev)
+	}
+	t.Logf("pod %s on lost %s evicted, replacement %s on %s", first, dev, second, dev2)
+	e.recover(t, dev)
+	e.waitTaint(t, dev, lostKey, false)
+	if err := e.client.AppsV1().ReplicaSets(ns).Delete(e.ctx, "worker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitWorker waits for the running pod of the worker ReplicaSet that is not notPod (and for
+// notPod to be gone), and returns it with its GPU.
+func (e *env) waitWorker(t *testing.T, notPod string) (string, string) {
+	t.Helper()
+	var name, dev string
+	err := wait.PollUntilContextTimeout(e.ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=worker"})
+		if err != nil {
+			return false, nil
+		}
+		name, dev = "", ""
+		for _, p := range pods.Items {
+			if p.Name == notPod {
+				return false, nil // not evicted yet
+			}
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || len(p.Status.ResourceClaimStatuses) == 0 {
+				continue
+			}
+			claim, err := e.client.ResourceV1().ResourceClaims(ns).Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+			if err != nil || claim.Status.Allocation == nil {
+				continue
+			}
+			name, dev = p.Name, claim.Status.Allocation.Devices.Results[0].Device
+		}
+		return name != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no running worker pod other than %q: %v", notPod, err)
+	}
+	return name, dev
+}
+
+func (e *env) inject(t *testing.T, dev, faults string) {
+	t.Helper()
+	if err := os.MkdirAll(e.faults, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(e.faults, "."+dev+".tmp")
+	if err := os.WriteFile(tmp, []byte(faults), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.faults, dev)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) recover(t *testing.T, dev string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(e.faults, dev)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitTaint waits until dev has (or has not) a taint with key and returns it.
+func (e *env) waitTaint(t *testing.T, dev, key string, present bool) resourceapi.DeviceTaint {
+	t.Helper()
+	var found *resourceapi.DeviceTaint
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + framework.GPUDriver})
+		if err != nil {
+			return false, nil
+		}
+		found = nil
+		for _, s := range list.Items {
+			for _, d := range s.Spec.Devices {
+				for i := range d.Taints {
+					if d.Name == dev && d.Taints[i].Key == key {
+						found = &d.Taints[i]
+					}
+				}
+			}
+		}
+		return (found != nil) == present, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: taint %s present=%v: %v (found %+v)", dev, key, present, err, found)
+	}
+	if found == nil {
+		return resourceapi.DeviceTaint{}
+	}
+	return *found
+}
+
+func (e *env) template(t *testing.T, name, dev string) {
+	t.Helper()
+	var selectors []string
+	if dev != "" {
+		selectors = []string{fmt.Sprintf("device.attributes[%q].uuid == %q", framework.GPUDriver, e.uuids[dev])}
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{
+			Devices: framework.DeviceClaim("gpu", framework.GPUDriver, 1, selectors, ""),
+		}},
+	}
+	if _, err := e.client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func podSpec(template string) corev1.PodSpec {
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To(int64(1)),
+		ResourceClaims:                []corev1.PodResourceClaim{{Name: "acc", ResourceClaimTemplateName: &template}},
+		Containers: []corev1.Container{{
+			Name: "ctr", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "acc"}}},
+		}},
+	}
+}
+
+func (e *env) createPod(t *testing.T, name, template string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: podSpec(template)}
+	if _, err := e.client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(name, "waiter") {
+		return
+	}
+	if _, err := framework.WaitForPodRunning(e.ctx, e.client, ns, name, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) deletePod(t *testing.T, name string) {
+	t.Helper()
+	if err := e.client.CoreV1().Pods(ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		// Its claim, made from the template, goes with it and frees the GPU.
+		claims, err := e.client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range claims.Items {
+			if strings.HasPrefix(c.Name, name+"-") {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s or its claim not gone: %v", name, err)
+	}
+}
+
+// podHealth returns the health and message of the pod's only device, as the kubelet reports it.
+func (e *env) podHealth(ctx context.Context, name string) (string, string, error) {
+	p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			if !strings.HasPrefix(string(rs.Name), "claim:") {
+				continue
+			}
+			for _, r := range rs.Resources {
+				return string(r.Health), ptr.Deref(r.Message, ""), nil
+			}
+		}
+	}
+	return "", "", fmt.Errorf("pod %s has no allocatedResourcesStatus for a claim", name)
+}
+
+func (e *env) waitPodHealth(t *testing.T, name, want, msg string) {
+	t.Helper()
+	var health, message string
+	var lastErr error
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		health, message, lastErr = e.podHealth(ctx, name)
+		return lastErr == nil && health == want && strings.Contains(message, msg), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s: device health %q (%q, %v), want %q with %q", name, health, message, lastErr, want, msg)
+	}
+}
+
+func (e *env) waitUnschedulable(t *testing.T, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s not reported unschedulable: %v; %s", name, err, framework.DescribePod(e.ctx, e.client, ns, name))
+	}
+}
+
+func (e *env) waitNodeEvent(t *testing.T, reason string, substrs ...string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := e.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName})
+		if err != nil {
+			return false, nil
+		}
+	next:
+		for _, ev := range evs.Items {
+			if ev.Reason != reason {
+				continue
+			}
+			for _, s := range substrs {
+				if !strings.Contains(ev.Message, s) {
+					continue next
+				}
+			}
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event on node %s with %q: %v", reason, nodeName, substrs, err)
+	}
+}
