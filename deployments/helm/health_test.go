@@ -54,6 +54,19 @@ func TestHealthValues(t *testing.T) {
 			}
 		})
 	}
+	for _, on := range []bool{true, false} {
+		args, err := PluginArgs(map[string]any{"plugin": map[string]any{"deviceMetadata": on}}, "gpu.accel-dra.io", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := nodeplugin.NewOptions()
+		if err := o.NewFlagSet().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if o.DeviceMetadata != on {
+			t.Errorf("deviceMetadata %v: plugin option %v (args %q)", on, o.DeviceMetadata, args)
+		}
+	}
 	for name, h := range map[string]map[string]any{
 		"unknown cause": {"taintEffects": map[string]any{"melted": "NoSchedule"}},
 		"bad effect":    {"taintEffects": map[string]any{"lost": "Evict"}},

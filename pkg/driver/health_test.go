@@ -268,3 +268,27 @@ func TestUnknownTaintOnlyWhenConfigured(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceMetadata(t *testing.T) {
+	e := newEnv(t, inventory(4))
+	p := e.drv.WithDeviceMetadata()
+	c := claim("uid-meta", []result{{Request: "gpu", Device: "gpu-2"}})
+	res, err := p.PrepareResourceClaims(e.ctx, []*resourceapi.ResourceClaim{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[c.UID]
+	if r.Err != nil || len(r.Devices) != 1 || r.Devices[0].Metadata == nil {
+		t.Fatalf("prepare result %+v", r)
+	}
+	attrs := r.Devices[0].Metadata.Attributes
+	if got := attrs["uuid"].StringValue; got == nil || *got != e.inv.Devices[2].UUID {
+		t.Errorf("uuid attribute %v, want %s", got, e.inv.Devices[2].UUID)
+	}
+	if got := attrs["resource.kubernetes.io/pciBusID"].StringValue; got == nil || *got != e.inv.Devices[2].PCIBusID {
+		t.Errorf("pciBusID attribute %v, want %s", got, e.inv.Devices[2].PCIBusID)
+	}
+	if got := attrs["resource.kubernetes.io/numaNode"].IntValue; got == nil || *got != 0 {
+		t.Errorf("numaNode attribute %v, want 0", got)
+	}
+}

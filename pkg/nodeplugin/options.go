@@ -59,6 +59,8 @@ type Options struct {
 	IgnoredXIDs []uint
 	// DeviceTaintEffects override the taint effect per cause (cause=NoSchedule|NoExecute|None).
 	DeviceTaintEffects map[string]string
+	// DeviceMetadata mounts each claim's device attributes into its containers (KEP-5304).
+	DeviceMetadata bool
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
@@ -77,6 +79,7 @@ func NewOptions() *Options {
 		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
 		AscendDriverRoot:  "/",
 		DeviceHealth:      true,
+		DeviceMetadata:    true,
 		IgnoredXIDs:       defaultIgnoredXIDs(),
 		Kube:              kubeclient.DefaultOptions(),
 		Logging:           logsapi.NewLoggingConfiguration(),
@@ -110,6 +113,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.BoolVar(&o.DeviceHealth, "device-health", o.DeviceHealth, "Watch device health: report it to the kubelet (pod status) and taint unhealthy devices in the ResourceSlices. Off: the kubelet is told the plugin serves no health.")
 	fs.UintSliceVar(&o.IgnoredXIDs, "health-ignored-xids", o.IgnoredXIDs, "NVIDIA XIDs that are application errors and leave the GPU healthy (default NVIDIA's list).")
 	fs.StringToStringVar(&o.DeviceTaintEffects, "device-taint-effects", o.DeviceTaintEffects, fmt.Sprintf("Taint effect per health cause, cause=effect with effect NoSchedule, NoExecute or None; causes %v. Default: NoSchedule for every fault, no taint for unknown.", health.Causes))
+	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Mount a file with the attributes of a claim's devices (UUID, PCI bus ID, NUMA node...) into its containers, under /var/run/kubernetes.io/dra-device-attributes/ (see docs/health.md).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -134,7 +136,13 @@ func Run(ctx context.Context, o *Options) error {
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
 	}
-	helper, err := kubeletplugin.Start(ctx, drv, opts...)
+	var plugin kubeletplugin.DRAPlugin = drv
+	if o.DeviceMetadata {
+		plugin = drv.WithDeviceMetadata()
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(o.CDIRoot))
+	}
+	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
 	}
