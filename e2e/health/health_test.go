@@ -8,6 +8,7 @@ package health
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/accel-dra/accel-dra/e2e/cluster"
@@ -41,6 +44,7 @@ const (
 type env struct {
 	ctx    context.Context
 	c      *cluster.Cluster
+	node   *cluster.Node
 	client kubernetes.Interface
 	plugin *framework.Plugin
 	uuids  map[string]string
@@ -59,6 +63,7 @@ func TestDeviceHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.node = node
 	// As the chart runs the mock, with lost GPUs configured to evict their pods.
 	e.plugin, err = framework.StartPlugin(ctx, c, node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
 		ExtraArgs: []string{"--device-taint-effects=lost=NoExecute"}})
@@ -89,6 +94,7 @@ func TestDeviceHealth(t *testing.T) {
 func (e *env) testXID(t *testing.T) {
 	e.template(t, "gpu-3-only", "gpu-3")
 	e.createPod(t, "holder", "gpu-3-only")
+	e.checkMetadata(t, "holder", "gpu-3")
 	e.waitPodHealth(t, "holder", "Healthy", "")
 
 	e.inject(t, "gpu-3", "xid 48\n")
@@ -249,6 +255,46 @@ func (e *env) waitWorker(t *testing.T, notPod string) (string, string) {
 		t.Fatalf("no running worker pod other than %q: %v", notPod, err)
 	}
 	return name, dev
+}
+
+// checkMetadata: the container of the pod gets the device metadata file the kubelet plugin
+// helper writes, mounted by the CDI spec it writes, and the file names the pod's GPU with the
+// attributes of its slice.
+func (e *env) checkMetadata(t *testing.T, pod, dev string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	rec, err := e.node.CRI.WaitForContainer(ctx, ns, pod, "ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := metadata.ResourceClaimTemplateFilePath(framework.GPUDriver, "acc", "gpu")
+	var source string
+	for _, m := range rec.Mounts {
+		if m.Destination == want {
+			source = m.Source
+		}
+	}
+	if source == "" {
+		t.Fatalf("container %s/ctr has no mount at %s: %+v", pod, want, rec.Mounts)
+	}
+	f, err := os.Open(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var md metadatav1beta1.DeviceMetadata
+	if err := json.NewDecoder(f).Decode(&md); err != nil {
+		t.Fatalf("metadata file %s: %v", source, err)
+	}
+	if md.APIVersion != metadatav1beta1.SchemeGroupVersion.String() || len(md.Requests) != 1 || len(md.Requests[0].Devices) != 1 {
+		t.Fatalf("metadata %+v", md)
+	}
+	d := md.Requests[0].Devices[0]
+	uuid := d.Attributes["uuid"].StringValue
+	if d.Name != dev || d.Driver != framework.GPUDriver || uuid == nil || *uuid != e.uuids[dev] || d.Attributes["resource.kubernetes.io/pciBusID"].StringValue == nil {
+		t.Errorf("metadata device %+v, want %s with UUID %s and its PCI bus ID", d, dev, e.uuids[dev])
+	}
 }
 
 func (e *env) inject(t *testing.T, dev, faults string) {

@@ -83,7 +83,7 @@ func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 			t.Fatal(err)
 		}
 	}
-	recover := func(dev string) {
+	reset := func(dev string) {
 		t.Helper()
 		if err := os.Remove(filepath.Join(dir, dev)); err != nil {
 			t.Fatal(err)
@@ -94,7 +94,7 @@ func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	if quick {
 		inject("gpu-5", "xid 48\n")
 		expect("xid", "gpu-5", health.Unhealthy, health.CauseXID, "XID 48")
-		recover("gpu-5")
+		reset("gpu-5")
 		expect("quick reset", "gpu-5", health.Healthy, "", "")
 		cancel()
 		<-done
@@ -107,9 +107,9 @@ func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	expect("ecc", "gpu-0", health.Unhealthy, health.CauseECC, "ECC")
 	// The application XID was delivered before the ECC error (name order) and ignored.
 	expect("application xid", "gpu-1", health.Healthy, "", "")
-	recover("gpu-3")
+	reset("gpu-3")
 	expect("recovered xid", "gpu-3", health.Healthy, "", "")
-	recover("gpu-0")
+	reset("gpu-0")
 	expect("recovered ecc", "gpu-0", health.Healthy, "", "")
 	inject("gpu-2", "lost\n")
 	expect("lost", "gpu-2", health.Unhealthy, health.CauseLost, "GPU_IS_LOST")
@@ -117,7 +117,7 @@ func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	inject("gpu-2", "not a fault\n")
 	time.Sleep(300 * time.Millisecond)
 	expect("bad file", "gpu-2", health.Unhealthy, health.CauseLost, "GPU_IS_LOST")
-	recover("gpu-2")
+	reset("gpu-2")
 	expect("answers again", "gpu-2", health.Healthy, "", "")
 	inject("gpu-4", "xid 79\n")
 	expect("fallen off the bus", "gpu-4", health.Unhealthy, health.CauseLost, "XID 79")
