@@ -15,16 +15,28 @@ import (
 // resource.kubernetes.io/pciBusID, numaNode, ...), for the helper's device metadata
 // (kubeletplugin.EnableDeviceMetadata): the helper writes them to a file that it mounts into the
 // claim's containers (docs/health.md, "Device metadata in containers").
-func (d *Driver) WithDeviceMetadata() kubeletplugin.DRAPlugin { return metadataPlugin{d} }
+//
+// The metadata is built once here, not per prepare: a device's attributes do not change while
+// the plugin runs, and the helper copies them.
+func (d *Driver) WithDeviceMetadata() kubeletplugin.DRAPlugin {
+	m := metadataPlugin{Driver: d, byDevice: map[string]*kubeletplugin.DeviceMetadata{}}
+	for name := range d.publishable {
+		m.byDevice[name] = d.deviceMetadata(name)
+	}
+	return m
+}
 
-type metadataPlugin struct{ *Driver }
+type metadataPlugin struct {
+	*Driver
+	byDevice map[string]*kubeletplugin.DeviceMetadata
+}
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (m metadataPlugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	res, err := m.Driver.PrepareResourceClaims(ctx, claims)
 	for uid, r := range res {
 		for i := range r.Devices {
-			r.Devices[i].Metadata = m.deviceMetadata(r.Devices[i].DeviceName)
+			r.Devices[i].Metadata = m.byDevice[r.Devices[i].DeviceName]
 		}
 		res[uid] = r
 	}
