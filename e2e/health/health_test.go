@@ -86,7 +86,60 @@ func TestDeviceHealth(t *testing.T) {
 	if !t.Run("RestartKeepsTaint", e.testRestart) {
 		return
 	}
-	t.Run("LostGPUEvicts", e.testLost)
+	if !t.Run("LostGPUEvicts", e.testLost) {
+		return
+	}
+	t.Run("Disabled", e.testDisabled)
+}
+
+// testDisabled: with --device-health=false the plugin offers the kubelet no health service and
+// publishes no taints, whatever the GPUs report.
+func (e *env) testDisabled(t *testing.T) {
+	const other = "no-health-node"
+	node, err := e.c.AddNode(e.ctx, cluster.NodeOptions{Name: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := framework.StartPlugin(e.ctx, e.c, node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
+		ExtraArgs: []string{"--device-health=false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults := filepath.Join(node.PluginDataDir(framework.GPUDriver), "mock", health.FaultDir)
+	if err := os.MkdirAll(faults, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(faults, "gpu-2"), []byte("xid 48\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unwatched"}, Spec: podSpec("any-gpu")}
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
+	if _, err := e.client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitForPodRunning(e.ctx, e.client, ns, "unwatched", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough for a watching plugin to have tainted gpu-2 many times over.
+	time.Sleep(5 * time.Second)
+	list, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			if len(d.Taints) > 0 {
+				t.Errorf("device %s tainted with health off: %v", d.Name, d.Taints)
+			}
+		}
+	}
+	if h, msg, err := e.podHealth(e.ctx, "unwatched"); err == nil && h != "Unknown" {
+		t.Errorf("pod device health %q (%q) with health off, want none or Unknown", h, msg)
+	}
+	if _, err := p.Metric("accel_dra_device_health"); err == nil {
+		t.Error("accel_dra_device_health exported with health off")
+	}
+	e.deletePod(t, "unwatched")
 }
 
 // testXID: an XID on the GPU of a running pod taints the GPU and shows in the pod's status; the
