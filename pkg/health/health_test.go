@@ -233,3 +233,25 @@ func TestTrackerPersists(t *testing.T) {
 		t.Error("corrupt state was overwritten")
 	}
 }
+
+func TestTrackerActsOnUnsavableState(t *testing.T) {
+	dir := t.TempDir()
+	// The state file's directory is a file: every save fails.
+	write(t, filepath.Join(dir, "health"), "")
+	_, err := NewTracker(TrackerOptions{Devices: map[string]string{"gpu-0": "GPU-a"}, Path: filepath.Join(dir, "health", "state.json"), BootID: "b"})
+	if err == nil {
+		t.Fatal("NewTracker succeeded with an unwritable state path")
+	}
+	tr := newTracker(t, "", "", clocktesting.NewFakeClock(time.Now()), map[string]string{"gpu-0": "GPU-a"})
+	tr.opts.Path = filepath.Join(dir, "health", "state.json")
+	changes := tr.Changes()
+	tri, changed, err := tr.Apply(Event{Type: Fault, Device: "gpu-0", Cause: CauseXID, Code: "48", Message: "XID 48"})
+	if err == nil || !changed || tri == nil || tri.To != Unhealthy {
+		t.Fatalf("Apply = %+v, %v, %v; want the transition and the save error", tri, changed, err)
+	}
+	select {
+	case <-changes:
+	default:
+		t.Error("a change that could not be saved was not announced")
+	}
+}

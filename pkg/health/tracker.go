@@ -201,16 +201,16 @@ func (t *Tracker) Apply(ev Event) (*Transition, bool, error) {
 	if d.state() == Unknown && from != Unknown {
 		d.unknownSince = now
 	}
-	if err := t.saveLocked(); err != nil {
-		return nil, true, err
-	}
+	// A state that cannot be saved is still acted on: the device is broken whether or not the
+	// next restart will remember it. The error says the latter.
+	err := t.saveLocked()
 	close(t.changed)
 	t.changed = make(chan struct{})
 	var tr *Transition
 	if to := d.state(); to != from {
 		tr = &Transition{Device: ev.Device, From: from, To: to, Message: t.healthLocked(ev.Device, d).Message()}
 	}
-	return tr, true, nil
+	return tr, true, err
 }
 
 // Snapshot returns every device's health, sorted by name.
