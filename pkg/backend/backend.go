@@ -18,6 +18,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 )
 
 // Backend names.
@@ -57,6 +58,8 @@ type Options struct {
 	SysRoot, DevRoot string
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
+	// Both mocks read injected faults from its health.FaultDir (docs/health.md); the mock
+	// injects none without it.
 	MockDir string
 	// AscendDriverRoot is where the npu backend finds the Ascend driver's version.info, under
 	// npu.DefaultDriverVersionFile; empty means "/".
@@ -111,7 +114,11 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 		}
 		return b, nil
 	case Mock:
-		return nvmlmock.New(o.MockProfile, o.NodeName)
+		var opts []nvmlmock.Option
+		if o.MockDir != "" {
+			opts = append(opts, nvmlmock.WithFaultDir(filepath.Join(o.MockDir, health.FaultDir)))
+		}
+		return nvmlmock.New(o.MockProfile, o.NodeName, opts...)
 	case NPU:
 		b, err := npu.New(npu.Config{SysRoot: o.SysRoot, DevRoot: o.DevRoot, NodeName: o.NodeName, DriverVersionFile: filepath.Join(cmp.Or(o.AscendDriverRoot, "/"), npu.DefaultDriverVersionFile)})
 		if err != nil {

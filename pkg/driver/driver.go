@@ -93,6 +93,9 @@ type Driver struct {
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
+
+	// health is nil unless EnableHealth turned device health on (health.go).
+	health *healthState
 }
 
 // New builds a Driver and the ResourceSlice content for its inventory. Devices that fail
@@ -188,7 +191,7 @@ func (d *Driver) Close() {
 // (the build is deterministic) rather than kept: the helper holds its own copy, and a second
 // one would double the plugin's largest allocation on nodes with many devices.
 func (d *Driver) Resources() resourceslice.DriverResources {
-	return slices.Build(d.opts.Inventory, d.opts.NodeName).Resources
+	return slices.Build(d.opts.Inventory, d.opts.NodeName, d.sliceOptions()...).Resources
 }
 
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this
@@ -747,9 +750,9 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	runtime.HandleErrorWithContext(ctx, err, msg)
 }
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin; device health is not reported yet.
+// WatchHealthStatus implements kubeletplugin.DRAPlugin (health.go).
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+	return d.watchHealth(ctx, reports)
 }
 
 func toKubelet(rec *checkpoint.Claim) []kubeletplugin.Device {

@@ -25,6 +25,9 @@ type Plugin struct {
 	// be represented (a driver version that cannot be made semver).
 	OmittedAttributes *prometheus.GaugeVec
 	CheckpointErrors  *prometheus.CounterVec
+	// DeviceHealth is 1 for a device's current health state (Healthy, Unhealthy, Unknown) and
+	// 0 for the others, so that a query can both sum and alert on it.
+	DeviceHealth *prometheus.GaugeVec
 }
 
 // latencyBuckets spans 100µs..5s: a prepare normally takes about a millisecond; seconds mean
@@ -66,10 +69,14 @@ func NewPlugin(driver string) *Plugin {
 			Namespace: namespace, Name: "checkpoint_errors_total", ConstLabels: labels,
 			Help: "Checkpoint records found corrupt or unreadable and moved aside, or failed writes.",
 		}, []string{"kind"}),
+		DeviceHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "device_health", ConstLabels: labels,
+			Help: "Health of each device on this node: 1 for its current state (Healthy, Unhealthy, Unknown), 0 for the others.",
+		}, []string{"device", "state"}),
 	}
 	m.Registry.MustRegister(
 		m.PrepareSeconds, m.UnprepareSeconds, m.PreparedClaims, m.PublishedDevices,
-		m.RejectedDevices, m.OmittedAttributes, m.CheckpointErrors,
+		m.RejectedDevices, m.OmittedAttributes, m.CheckpointErrors, m.DeviceHealth,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -13,6 +13,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/bootid"
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
+	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/kubeclient"
 )
 
@@ -50,6 +51,16 @@ type Options struct {
 	AscendDriverPaths    []string
 	Kube                 kubeclient.Options
 	Logging              *logsapi.LoggingConfiguration
+
+	// DeviceHealth turns device health on (docs/health.md): the kubelet's health stream and
+	// device taints.
+	DeviceHealth bool
+	// IgnoredXIDs are the XIDs that do not make a GPU unhealthy.
+	IgnoredXIDs []uint
+	// DeviceTaintEffects override the taint effect per cause (cause=NoSchedule|NoExecute|None).
+	DeviceTaintEffects map[string]string
+	// DeviceMetadata mounts each claim's device attributes into its containers (KEP-5304).
+	DeviceMetadata bool
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
@@ -67,6 +78,9 @@ func NewOptions() *Options {
 		NVIDIADriverRoot:  "/",
 		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
 		AscendDriverRoot:  "/",
+		DeviceHealth:      true,
+		DeviceMetadata:    true,
+		IgnoredXIDs:       defaultIgnoredXIDs(),
 		Kube:              kubeclient.DefaultOptions(),
 		Logging:           logsapi.NewLoggingConfiguration(),
 	}
@@ -96,6 +110,10 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
 	fs.StringVar(&o.AscendHostDriverRoot, "ascend-host-driver-root", o.AscendHostDriverRoot, "The same tree as --ascend-driver-root as the container runtime on the host sees it (default: the same path).")
 	fs.StringSliceVar(&o.AscendDriverPaths, "ascend-extra-driver-paths", o.AscendDriverPaths, "Absolute paths under --ascend-driver-root to mount into NPU containers besides the default list (see docs/cdi.md); missing ones are skipped.")
+	fs.BoolVar(&o.DeviceHealth, "device-health", o.DeviceHealth, "Watch device health: report it to the kubelet (pod status) and taint unhealthy devices in the ResourceSlices. Off: the kubelet is told the plugin serves no health.")
+	fs.UintSliceVar(&o.IgnoredXIDs, "health-ignored-xids", o.IgnoredXIDs, "NVIDIA XIDs that are application errors and leave the GPU healthy (default NVIDIA's list).")
+	fs.StringToStringVar(&o.DeviceTaintEffects, "device-taint-effects", o.DeviceTaintEffects, fmt.Sprintf("Taint effect per health cause, cause=effect with effect NoSchedule, NoExecute or None; causes %v. Default: NoSchedule for every fault, no taint for unknown.", health.Causes))
+	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Mount a file with the attributes of a claim's devices (UUID, PCI bus ID, NUMA node...) into its containers, under /var/run/kubernetes.io/dra-device-attributes/ (see docs/health.md).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
@@ -123,5 +141,16 @@ func (o *Options) Complete() error {
 	if o.MockDir == "" {
 		o.MockDir = filepath.Join(o.PluginDataDir, "mock")
 	}
+	if _, err := health.ParseEffects(o.DeviceTaintEffects); err != nil {
+		return fmt.Errorf("--device-taint-effects: %w", err)
+	}
 	return nil
+}
+
+func defaultIgnoredXIDs() []uint {
+	out := make([]uint, len(health.DefaultIgnoredXIDs))
+	for i, x := range health.DefaultIgnoredXIDs {
+		out[i] = uint(x)
+	}
+	return out
 }

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -27,6 +29,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/driver"
+	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 )
 
@@ -61,10 +64,20 @@ func Run(ctx context.Context, o *Options) error {
 			err = fmt.Errorf("CDI edits of the driver: %w", err)
 		}
 	}
-	// Devices are enumerated once; nothing queries the backend afterwards, so NVML is shut down
-	// (and a mock machine freed) now rather than held for the life of the process.
-	if cerr := be.Close(); cerr != nil {
-		klog.FromContext(ctx).Error(cerr, "Closing device backend")
+	// Devices are enumerated once; without device health nothing queries the backend
+	// afterwards, so NVML is shut down (and a mock machine freed) now rather than held for the
+	// life of the process. The health source needs it until the end.
+	watcher, watchHealth := be.(health.Watcher)
+	watchHealth = watchHealth && o.DeviceHealth
+	closeBackend := func() {
+		if cerr := be.Close(); cerr != nil {
+			klog.FromContext(ctx).Error(cerr, "Closing device backend")
+		}
+	}
+	if !watchHealth || err != nil {
+		closeBackend()
+	} else {
+		defer closeBackend()
 	}
 	if err != nil {
 		return err
@@ -97,6 +110,11 @@ func Run(ctx context.Context, o *Options) error {
 	if _, err := drv.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
+	if watchHealth {
+		if err := enableHealth(o, drv, watcher, inv, boot); err != nil {
+			return err
+		}
+	}
 
 	// The kubelet creates neither directory for a plugin it has not met yet.
 	for _, dir := range []string{o.PluginDataDir, o.RegistrarDir} {
@@ -112,13 +130,19 @@ func Run(ctx context.Context, o *Options) error {
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir),
 		// The driver locks per claim; see driver.Driver.
 		kubeletplugin.Serialize(false),
-		// Device health is not reported yet; saying so keeps the kubelet from waiting for it.
-		kubeletplugin.HealthService(false),
+		// Off, the kubelet does not ask; a 1.36 kubelet would otherwise retry every 5s.
+		kubeletplugin.HealthService(watchHealth),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
 	}
-	helper, err := kubeletplugin.Start(ctx, drv, opts...)
+	var plugin kubeletplugin.DRAPlugin = drv
+	if o.DeviceMetadata {
+		plugin = drv.WithDeviceMetadata()
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(o.CDIRoot))
+	}
+	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
 	}
@@ -126,6 +150,12 @@ func Run(ctx context.Context, o *Options) error {
 	if err := helper.PublishResources(ctx, drv.Resources()); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		drv.RunHealth(ctx, func(ctx context.Context) error { return helper.PublishResources(ctx, drv.Resources()) })
+	}()
+	defer func() { <-healthDone }()
 	// Start-up is the plugin's allocation peak (enumeration, building slices); hand that memory
 	// back now instead of waiting for the background scavenger, so a node's steady-state RSS
 	// reflects what the plugin holds.
@@ -186,6 +216,10 @@ type nodeEventSink struct {
 
 func (s nodeEventSink) Warning(reason, message string) {
 	s.rec.Event(s.ref, corev1.EventTypeWarning, reason, message)
+}
+
+func (s nodeEventSink) Normal(reason, message string) {
+	s.rec.Event(s.ref, corev1.EventTypeNormal, reason, message)
 }
 
 // nodeEvents reports on the Node object, where an operator looks when a node has fewer devices

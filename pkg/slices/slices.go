@@ -60,7 +60,11 @@ type Result struct {
 // Build converts an inventory into one pool named poolName (the node name, as the kubelet
 // plugin helper expects). A device whose attributes break the API's rules is left out and
 // reported in Rejected, so one bad device never takes the whole pool down.
-func Build(inv *device.Inventory, poolName string) Result {
+func Build(inv *device.Inventory, poolName string, opts ...Option) Result {
+	var o buildOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	devs := append([]device.Device(nil), inv.Devices...)
 	device.Sort(devs)
 
@@ -76,16 +80,15 @@ func Build(inv *device.Inventory, poolName string) Result {
 			res.Rejected = append(res.Rejected, Rejected{Device: devs[i].Name, Reason: reason, Err: err})
 			continue
 		}
+		// Taints are added after validation: the health tracker builds them from known-good
+		// parts, and a device must never be left out of the slices for being unhealthy.
+		d.Taints = o.taints[d.Name]
 		apiDevs = append(apiDevs, d)
 		res.Published = append(res.Published, d.Name)
 		res.Omitted = append(res.Omitted, omitted...)
 	}
 
-	pool := resourceslice.Pool{}
-	for start := 0; start < len(apiDevs); start += resourceapi.ResourceSliceMaxDevices {
-		end := min(start+resourceapi.ResourceSliceMaxDevices, len(apiDevs))
-		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: apiDevs[start:end]})
-	}
+	pool := resourceslice.Pool{Slices: split(apiDevs)}
 	// An empty pool still gets one empty slice so that the scheduler sees the node's pool as
 	// complete rather than unknown.
 	if len(pool.Slices) == 0 {

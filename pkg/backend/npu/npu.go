@@ -69,6 +69,9 @@ type Config struct {
 	NodeName string
 	// DriverVersionFile is the Ascend version.info; empty means DefaultDriverVersionFile.
 	DriverVersionFile string
+	// FaultDir is where the npu-mock backend's injected faults are (health.FaultDir); empty on
+	// a real node, whose NPUs have no health source (see HealthSource).
+	FaultDir string
 }
 
 // Backend implements device.Backend for Ascend NPUs.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 )
 
 // Device numbers of the generated nodes. The Ascend driver allocates its majors dynamically;
@@ -198,7 +199,8 @@ func New(dir, profileName, nodeName string) (device.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return npu.New(npu.Config{SysRoot: p.SysRoot, DevRoot: p.DevRoot, NodeName: nodeName, DriverVersionFile: p.DriverVersionFile})
+	return npu.New(npu.Config{SysRoot: p.SysRoot, DevRoot: p.DevRoot, NodeName: nodeName, DriverVersionFile: p.DriverVersionFile,
+		FaultDir: filepath.Join(dir, health.FaultDir)})
 }
 
 // writer creates files and symlinks, keeping the first error.

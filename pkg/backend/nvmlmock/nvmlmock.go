@@ -93,6 +93,7 @@ type Option func(*options)
 
 type options struct {
 	driverVersions map[int]string
+	faultDir       string
 }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
@@ -118,6 +119,9 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.faultDir != "" {
+		s.injectFaults(o.faultDir)
 	}
 	if len(o.driverVersions) == 0 {
 		return s.Backend(), nil

@@ -1,0 +1,129 @@
+package nvmlmock
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/accel-dra/accel-dra/pkg/health"
+)
+
+// TestHealthFromFaultFiles runs the real NVML health source against the mock machine and drives
+// it only through fault files, as the e2e tests and users do.
+func TestHealthFromFaultFiles(t *testing.T) {
+	testHealthFromFaultFiles(t, 50*time.Millisecond, false)
+}
+
+// TestHealthQuickReset: a reset right after the XID, with polls far apart, still recovers the
+// GPU. (Whether a poll happened to fall between the XID and the reset is up to timing, so this
+// does not pin that the action is read with the event; the e2e test, whose reset follows within
+// a second, failed without it.)
+func TestHealthQuickReset(t *testing.T) {
+	testHealthFromFaultFiles(t, 2*time.Second, true)
+}
+
+func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
+	dir := t.TempDir()
+	be, err := New("h100-8x-2numa", "node-a", WithFaultDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inv, err := be.Enumerate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuids := map[string]string{}
+	for _, d := range inv.Devices {
+		uuids[d.Name] = d.UUID
+	}
+	tr, err := health.NewTracker(health.TrackerOptions{Devices: uuids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: poll})
+	done := make(chan error)
+	go func() {
+		done <- src.Run(ctx, func(ev health.Event) {
+			if _, _, err := tr.Apply(ev); err != nil {
+				t.Error(err)
+			}
+		})
+	}()
+	expect := func(what, dev string, want health.State, cause health.Cause, msg string) {
+		t.Helper()
+		var last health.DeviceHealth
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			for _, h := range tr.Snapshot() {
+				if h.Device == dev {
+					last = h
+				}
+			}
+			if last.State != want {
+				return false, nil
+			}
+			if cause == "" {
+				return len(last.Conditions) == 0, nil
+			}
+			return len(last.Conditions) == 1 && last.Conditions[0].Cause == cause && strings.Contains(last.Conditions[0].Message, msg), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %s is %+v, want %s %s %q", what, dev, last, want, cause, msg)
+		}
+	}
+	inject := func(dev, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, dev), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reset := func(dev string) {
+		t.Helper()
+		if err := os.Remove(filepath.Join(dir, dev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	expect("start", "gpu-3", health.Healthy, "", "")
+	if quick {
+		inject("gpu-5", "xid 48\n")
+		expect("xid", "gpu-5", health.Unhealthy, health.CauseXID, "XID 48")
+		reset("gpu-5")
+		expect("quick reset", "gpu-5", health.Healthy, "", "")
+		cancel()
+		<-done
+		return
+	}
+	inject("gpu-3", "xid 48\n")
+	expect("xid", "gpu-3", health.Unhealthy, health.CauseXID, "XID 48")
+	inject("gpu-1", "xid 13\n")
+	inject("gpu-0", "ecc\n")
+	expect("ecc", "gpu-0", health.Unhealthy, health.CauseECC, "ECC")
+	// The application XID was delivered before the ECC error (name order) and ignored.
+	expect("application xid", "gpu-1", health.Healthy, "", "")
+	reset("gpu-3")
+	expect("recovered xid", "gpu-3", health.Healthy, "", "")
+	reset("gpu-0")
+	expect("recovered ecc", "gpu-0", health.Healthy, "", "")
+	inject("gpu-2", "lost\n")
+	expect("lost", "gpu-2", health.Unhealthy, health.CauseLost, "GPU_IS_LOST")
+	// A bad file keeps what the device had.
+	inject("gpu-2", "not a fault\n")
+	time.Sleep(300 * time.Millisecond)
+	expect("bad file", "gpu-2", health.Unhealthy, health.CauseLost, "GPU_IS_LOST")
+	reset("gpu-2")
+	expect("answers again", "gpu-2", health.Healthy, "", "")
+	inject("gpu-4", "xid 79\n")
+	expect("fallen off the bus", "gpu-4", health.Unhealthy, health.CauseLost, "XID 79")
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

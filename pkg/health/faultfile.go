@@ -1,0 +1,129 @@
+package health
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// FaultDir is the directory under a mock backend's directory where tests, the demo and users
+// inject faults: one file per device, named after it (gpu-3, npu-0), one fault per line:
+//
+//	xid <N>       a critical XID (GPU); an ignored XID is delivered and ignored
+//	ecc           a double-bit ECC error (GPU)
+//	lost          the device stops answering (GPU_IS_LOST; an NPU whose node is gone)
+//	fault <code>  an NPU fault with the Ascend error code, e.g. 0x80E01801
+//
+// Blank lines and lines starting with # are ignored. Removing the file, or leaving no fault in
+// it, is the recovery: the GPU mock then answers again and reports recovery action none, the
+// NPU mock reports the device healthy. See docs/health.md.
+const FaultDir = "faults"
+
+// InjectedFault is one line of a fault file.
+type InjectedFault struct {
+	Kind string
+	// Code is the XID or the NPU error code; empty for ecc and lost.
+	Code string
+}
+
+func (f InjectedFault) String() string {
+	if f.Code == "" {
+		return f.Kind
+	}
+	return f.Kind + " " + f.Code
+}
+
+// Fault kinds of a fault file.
+const (
+	FaultXID   = "xid"
+	FaultECC   = "ecc"
+	FaultLost  = "lost"
+	FaultNPU   = "fault"
+	maxFaultSz = 64 << 10
+)
+
+// ParseFaults parses the content of one device's fault file.
+func ParseFaults(data []byte) ([]InjectedFault, error) {
+	if len(data) > maxFaultSz {
+		return nil, fmt.Errorf("fault file is %d bytes, at most %d allowed", len(data), maxFaultSz)
+	}
+	var out []InjectedFault
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		f := InjectedFault{Kind: fields[0]}
+		switch {
+		case f.Kind == FaultXID && len(fields) == 2:
+			x, err := strconv.ParseUint(fields[1], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %q: XID must be a number: %w", n, line, err)
+			}
+			f.Code = strconv.FormatUint(x, 10)
+		case f.Kind == FaultNPU && len(fields) == 2:
+			if _, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(fields[1]), "0x"), 16, 32); err != nil {
+				return nil, fmt.Errorf("line %d: %q: error code must be a hexadecimal number: %w", n, line, err)
+			}
+			f.Code = fields[1]
+		case (f.Kind == FaultECC || f.Kind == FaultLost) && len(fields) == 1:
+		default:
+			return nil, fmt.Errorf("line %d: %q: want \"xid <N>\", \"ecc\", \"lost\" or \"fault <code>\"", n, line)
+		}
+		out = append(out, f)
+	}
+	return out, sc.Err()
+}
+
+// ReadFaults reads every device's fault file under dir (the FaultDir of a mock). A missing dir
+// means no faults. A file that cannot be read or parsed is reported in bad and left out of
+// faults, so that the caller can keep what it had for that device rather than recover it by
+// mistake.
+func ReadFaults(dir string) (faults map[string][]InjectedFault, bad map[string]error) {
+	faults, bad = map[string][]InjectedFault{}, map[string]error{}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return faults, bad
+	}
+	if err != nil {
+		bad[""] = err
+		return faults, bad
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile: recovered
+		}
+		if err == nil {
+			var fs []InjectedFault
+			if fs, err = ParseFaults(data); err == nil {
+				faults[name] = fs
+				continue
+			}
+		}
+		bad[name] = fmt.Errorf("fault file %s: %w", filepath.Join(dir, name), err)
+	}
+	return faults, bad
+}
+
+// SortedDevices returns the keys of m, sorted.
+func SortedDevices[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,257 @@
+package health
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestClassify(t *testing.T) {
+	tests := map[string]struct {
+		ignored   []uint64
+		xid       uint64
+		wantFault bool
+		wantCause Cause
+		wantMsg   string
+	}{
+		"application error ignored by default": {xid: 13},
+		"page fault ignored by default":        {xid: 31},
+		"stopped processing ignored":           {xid: 43},
+		"preemptive cleanup ignored":           {xid: 45},
+		"video processor ignored":              {xid: 68},
+		"double bit ECC is critical":           {xid: 48, wantFault: true, wantCause: CauseXID, wantMsg: "XID 48: Double Bit ECC Error"},
+		"fallen off the bus is lost":           {xid: 79, wantFault: true, wantCause: CauseLost, wantMsg: "XID 79: GPU has fallen off the bus"},
+		"unlisted XID is critical":             {xid: 999, wantFault: true, wantCause: CauseXID, wantMsg: "XID 999: critical error"},
+		"configured list replaces defaults":    {ignored: []uint64{48}, xid: 13, wantFault: true, wantCause: CauseXID, wantMsg: "XID 13: Graphics Engine Exception"},
+		"configured list ignores its XIDs":     {ignored: []uint64{48}, xid: 48},
+		"empty list ignores nothing":           {ignored: []uint64{}, xid: 43, wantFault: true, wantCause: CauseXID, wantMsg: "XID 43: GPU stopped processing"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ev, fault := NewClassifier(tc.ignored).Classify("gpu-3", tc.xid)
+			if fault != tc.wantFault {
+				t.Fatalf("fault = %v, want %v", fault, tc.wantFault)
+			}
+			if !fault {
+				return
+			}
+			if ev.Type != Fault || ev.Device != "gpu-3" || ev.Cause != tc.wantCause || ev.Message != tc.wantMsg || ev.Code == "" {
+				t.Errorf("event = %+v", ev)
+			}
+		})
+	}
+}
+
+func TestParseEffects(t *testing.T) {
+	e, err := ParseEffects(map[string]string{"lost": "NoExecute", "xid": "None", "unknown": "NoSchedule"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Effects{CauseLost: resourceapi.DeviceTaintEffectNoExecute, CauseECC: resourceapi.DeviceTaintEffectNoSchedule,
+		CauseFault: resourceapi.DeviceTaintEffectNoSchedule, CauseUnknown: resourceapi.DeviceTaintEffectNoSchedule}
+	if len(e) != len(want) {
+		t.Fatalf("effects = %v, want %v", e, want)
+	}
+	for c, eff := range want {
+		if e[c] != eff {
+			t.Errorf("effect of %s = %q, want %q", c, e[c], eff)
+		}
+	}
+	for _, bad := range []map[string]string{{"xyz": "NoSchedule"}, {"xid": "Evict"}} {
+		if _, err := ParseEffects(bad); err == nil {
+			t.Errorf("ParseEffects(%v) succeeded", bad)
+		}
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("fault %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz"} {
+		if _, err := ParseFaults([]byte(bad)); err == nil {
+			t.Errorf("ParseFaults(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestReadFaultsKeepsBadFilesApart(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "gpu-1"), "xid 79\n")
+	write(t, filepath.Join(dir, "gpu-2"), "nonsense\n")
+	faults, bad := ReadFaults(dir)
+	if len(faults["gpu-1"]) != 1 || faults["gpu-1"][0].Code != "79" {
+		t.Errorf("faults = %v", faults)
+	}
+	if _, ok := faults["gpu-2"]; ok || bad["gpu-2"] == nil || !strings.Contains(bad["gpu-2"].Error(), "gpu-2") {
+		t.Errorf("bad file: faults %v, bad %v", faults, bad)
+	}
+	if f, b := ReadFaults(filepath.Join(dir, "missing")); len(f) != 0 || len(b) != 0 {
+		t.Errorf("missing dir: %v %v", f, b)
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newTracker(t *testing.T, path, boot string, clk *clocktesting.FakeClock, devs map[string]string) *Tracker {
+	t.Helper()
+	tr, err := NewTracker(TrackerOptions{Devices: devs, Path: path, BootID: boot, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func stateOf(tr *Tracker, dev string) DeviceHealth {
+	for _, h := range tr.Snapshot() {
+		if h.Device == dev {
+			return h
+		}
+	}
+	return DeviceHealth{}
+}
+
+func TestTrackerRecoveryRules(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	devs := map[string]string{"gpu-0": "GPU-a", "gpu-3": "GPU-d"}
+	tr := newTracker(t, "", "", clk, devs)
+	apply := func(ev Event) *Transition {
+		t.Helper()
+		tri, _, err := tr.Apply(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tri
+	}
+	if got := stateOf(tr, "gpu-3").State; got != Unknown {
+		t.Fatalf("before watching: %s, want Unknown", got)
+	}
+	if tri := apply(Event{Type: Watching, Device: "gpu-3"}); tri == nil || tri.To != Healthy {
+		t.Fatalf("watching: transition %+v", tri)
+	}
+	changes := tr.Changes()
+	xid, _ := NewClassifier(nil).Classify("gpu-3", 48)
+	tri := apply(xid)
+	if tri == nil || tri.From != Healthy || tri.To != Unhealthy || !strings.Contains(tri.Message, "XID 48") {
+		t.Fatalf("xid: transition %+v", tri)
+	}
+	select {
+	case <-changes:
+	default:
+		t.Error("Changes not closed by a change")
+	}
+	since := stateOf(tr, "gpu-3").Conditions[0].Since
+
+	// Time passing recovers nothing.
+	clk.Step(24 * time.Hour)
+	if got := stateOf(tr, "gpu-3").State; got != Unhealthy {
+		t.Fatalf("a day later: %s, want Unhealthy", got)
+	}
+	// The same XID again keeps the time of the first.
+	if tri := apply(xid); tri != nil {
+		t.Errorf("repeat: transition %+v", tri)
+	}
+	if got := stateOf(tr, "gpu-3").Conditions[0].Since; !got.Equal(since) {
+		t.Errorf("repeat moved since from %v to %v", since, got)
+	}
+	// A second cause; recovering one cause leaves the other.
+	apply(Event{Type: Fault, Device: "gpu-3", Cause: CauseECC, Message: "double-bit ECC error"})
+	if tri := apply(Event{Type: Recovered, Device: "gpu-3", Cause: CauseXID}); tri != nil {
+		t.Errorf("partial recovery: transition %+v", tri)
+	}
+	if h := stateOf(tr, "gpu-3"); h.State != Unhealthy || len(h.Conditions) != 1 || h.Conditions[0].Cause != CauseECC {
+		t.Fatalf("after partial recovery: %+v", h)
+	}
+	if tri := apply(Event{Type: Recovered, Device: "gpu-3"}); tri == nil || tri.To != Healthy {
+		t.Fatalf("recovery: transition %+v", tri)
+	}
+	// Recovering a healthy device changes nothing.
+	if tri, changed, _ := tr.Apply(Event{Type: Recovered, Device: "gpu-3"}); tri != nil || changed {
+		t.Errorf("recovering healthy device: %+v %v", tri, changed)
+	}
+	if _, _, err := tr.Apply(Event{Type: Fault, Device: "gpu-9", Cause: CauseXID}); err == nil {
+		t.Error("event for unknown device accepted")
+	}
+	if _, _, err := tr.Apply(Event{Type: Fault, Device: "gpu-0"}); err == nil {
+		t.Error("fault without cause accepted")
+	}
+}
+
+func TestTrackerPersists(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "health", "state.json")
+	devs := map[string]string{"gpu-0": "GPU-a", "gpu-3": "GPU-d"}
+	tr := newTracker(t, path, "boot-1", clk, devs)
+	if _, _, err := tr.Apply(Event{Type: Fault, Device: "gpu-3", Cause: CauseXID, Code: "48", Message: "XID 48"}); err != nil {
+		t.Fatal(err)
+	}
+	since := stateOf(tr, "gpu-3").Conditions[0].Since
+	clk.Step(time.Hour)
+
+	again := newTracker(t, path, "boot-1", clk, devs)
+	h := stateOf(again, "gpu-3")
+	if h.State != Unhealthy || len(h.Conditions) != 1 || !h.Conditions[0].Since.Equal(since) || h.Conditions[0].Code != "48" {
+		t.Fatalf("after restart: %+v", h)
+	}
+	if got := stateOf(again, "gpu-0"); got.State != Unknown || !got.UnknownSince.Equal(since) {
+		t.Errorf("unknown device after restart: %+v (want unknown since %v)", got, since)
+	}
+	// Another UUID under the name is another device.
+	if h := stateOf(newTracker(t, path, "boot-1", clk, map[string]string{"gpu-3": "GPU-other"}), "gpu-3"); h.State != Unknown {
+		t.Errorf("other UUID: %+v", h)
+	}
+	// A reboot resets the devices.
+	if h := stateOf(newTracker(t, path, "boot-2", clk, devs), "gpu-3"); h.State != Unknown {
+		t.Errorf("after reboot: %+v", h)
+	}
+	// A corrupt file is an error, and is left for the operator.
+	write(t, path, "{not json")
+	if _, err := NewTracker(TrackerOptions{Devices: devs, Path: path, BootID: "boot-1", Clock: clk}); err == nil {
+		t.Error("corrupt state accepted")
+	}
+	if data, _ := os.ReadFile(path); string(data) != "{not json" {
+		t.Error("corrupt state was overwritten")
+	}
+}
+
+func TestTrackerActsOnUnsavableState(t *testing.T) {
+	dir := t.TempDir()
+	// The state file's directory is a file: every save fails.
+	write(t, filepath.Join(dir, "health"), "")
+	_, err := NewTracker(TrackerOptions{Devices: map[string]string{"gpu-0": "GPU-a"}, Path: filepath.Join(dir, "health", "state.json"), BootID: "b"})
+	if err == nil {
+		t.Fatal("NewTracker succeeded with an unwritable state path")
+	}
+	tr := newTracker(t, "", "", clocktesting.NewFakeClock(time.Now()), map[string]string{"gpu-0": "GPU-a"})
+	tr.opts.Path = filepath.Join(dir, "health", "state.json")
+	changes := tr.Changes()
+	tri, changed, err := tr.Apply(Event{Type: Fault, Device: "gpu-0", Cause: CauseXID, Code: "48", Message: "XID 48"})
+	if err == nil || !changed || tri == nil || tri.To != Unhealthy {
+		t.Fatalf("Apply = %+v, %v, %v; want the transition and the save error", tri, changed, err)
+	}
+	select {
+	case <-changes:
+	default:
+		t.Error("a change that could not be saved was not announced")
+	}
+}

@@ -1,0 +1,29 @@
+package nodeplugin
+
+import (
+	"path/filepath"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/driver"
+	"github.com/accel-dra/accel-dra/pkg/health"
+)
+
+// HealthStateFile is where, under the plugin data directory, device health conditions are kept
+// across restarts of the plugin (not across reboots).
+const HealthStateFile = "health/state.json"
+
+// enableHealth turns device health on in the driver, with the backend's health source.
+func enableHealth(o *Options, drv *driver.Driver, w health.Watcher, inv *device.Inventory, boot string) error {
+	effects, err := health.ParseEffects(o.DeviceTaintEffects)
+	if err != nil {
+		return err
+	}
+	ignored := make([]uint64, len(o.IgnoredXIDs))
+	for i, x := range o.IgnoredXIDs {
+		ignored[i] = uint64(x)
+	}
+	src := w.HealthSource(inv.Devices, health.SourceConfig{Classifier: health.NewClassifier(ignored)})
+	return drv.EnableHealth(driver.HealthOptions{
+		Source: src, StatePath: filepath.Join(o.PluginDataDir, HealthStateFile), BootID: boot, Effects: effects,
+	})
+}
