@@ -87,6 +87,33 @@ func (l *Locked) Put(c Claim) error {
 	return l.s.Put(c)
 }
 
+// PutStaged publishes a staged record, replacing any record of the same UID: one rename. A
+// staged file removed meanwhile (a start-up Load of another process takes every temporary file
+// for the leftover of a crash) is written again from memory, so the record is published either
+// way. The Staged is used up, whether PutStaged succeeds or not.
+func (l *Locked) PutStaged(st *Staged) error {
+	if st.tmp == "" {
+		return errors.New("checkpoint: staged record already used")
+	}
+	tmp := st.tmp
+	st.tmp = ""
+	if err := l.bump(); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	l.s.mu.RLock()
+	defer l.s.mu.RUnlock()
+	err := os.Rename(tmp, l.s.path(st.claim.UID))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = l.s.writeAtomic(st.claim.UID, st.data)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("checkpointing claim %s/%s (%s): %w", st.claim.Namespace, st.claim.Name, st.claim.UID, err)
+	}
+	return nil
+}
+
 // Delete is Store.Delete under the lock.
 func (l *Locked) Delete(uid string) error {
 	if err := l.bump(); err != nil {
@@ -95,8 +122,9 @@ func (l *Locked) Delete(uid string) error {
 	return l.s.Delete(uid)
 }
 
-// Load is Store.Load under the lock. Only under the lock may Load remove temporary files: none
-// then belongs to a write in flight in another process.
+// Load is Store.Load under the lock, for start-up: it removes temporary files. Under the lock
+// none of them is a Put in flight; one may be a record another process staged (Store.Stage),
+// whose PutStaged then writes it again.
 func (l *Locked) Load(ctx context.Context) (*LoadResult, error) {
 	res, err := l.s.Load(ctx)
 	if err != nil {
@@ -105,6 +133,23 @@ func (l *Locked) Load(ctx context.Context) (*LoadResult, error) {
 	// Reading changes nothing another process could have indexed, except moving aside a record
 	// that went bad after it was read; only that is announced. (Bumping on every Load would make
 	// two instances re-read the directory on every hold, each triggering the other.)
+	if len(res.Corrupt) > 0 {
+		if err := l.bump(); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// Reload is Load for a process that already runs next to others: it leaves temporary files
+// alone, because under the lock they may be records another process has staged
+// (Store.Stage) and is about to publish, not leftovers of a crash. Start-up uses Load, which
+// removes them.
+func (l *Locked) Reload(ctx context.Context) (*LoadResult, error) {
+	res, err := l.s.load(ctx, false)
+	if err != nil {
+		return nil, err
+	}
 	if len(res.Corrupt) > 0 {
 		if err := l.bump(); err != nil {
 			return nil, err

@@ -3,10 +3,14 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2/ktesting"
 )
 
 // openPair opens two Stores over one directory, as two plugin processes do.
@@ -171,4 +175,89 @@ func TestRegisterAlive(t *testing.T) {
 	if got := dirNames(t, filepath.Join(a.Dir(), InstancesDir)); len(got) != 1 || got[0] != "inst-b.lock" {
 		t.Errorf("instances after prune: %v, want only the live one", got)
 	}
+}
+
+// TestStaged: a staged record is invisible until PutStaged, which publishes it in one rename and
+// tells the other stores (the generation moves); Discard leaves nothing behind; a staged file
+// that a start-up Load of another process removed is published all the same; Reload, unlike
+// Load, leaves staged files alone.
+func TestStaged(t *testing.T) {
+	a, b := openPair(t)
+	_, ctx := ktesting.NewTestContext(t)
+	lockB := func() *Locked {
+		t.Helper()
+		l, err := b.Lock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	lockB().Unlock() // b has seen the directory as it is now
+
+	c := testClaim(uid(1))
+	st, err := a.Stage(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := lockB()
+	res, err := lb.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Changed() || len(res.Claims) != 0 || len(dirNames(t, a.Dir())) != 1 {
+		t.Fatalf("staged record visible or removed: changed %v, %+v, dir %v", lb.Changed(), res.Claims, dirNames(t, a.Dir()))
+	}
+	lb.Unlock()
+
+	la, err := a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.PutStaged(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.PutStaged(st); err == nil {
+		t.Error("a staged record published twice")
+	}
+	la.Unlock()
+	if got := dirNames(t, a.Dir()); fmt.Sprint(got) != fmt.Sprint([]string{uid(1) + ".json"}) {
+		t.Fatalf("directory after PutStaged: %v", got)
+	}
+	lb = lockB()
+	got, found, err := lb.Get(uid(1))
+	if !lb.Changed() || !found || err != nil || !reflect.DeepEqual(got, c) {
+		t.Fatalf("after PutStaged: changed %v, found %v, %v, %+v", lb.Changed(), found, err, got)
+	}
+	lb.Unlock()
+
+	discarded, err := a.Stage(testClaim(uid(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	discarded.Discard()
+	discarded.Discard()
+	if got := dirNames(t, a.Dir()); len(got) != 1 {
+		t.Fatalf("Discard left %v", got)
+	}
+
+	lost, err := a.Stage(testClaim(uid(3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb = lockB()
+	if _, err := lb.Load(ctx); err != nil { // a new instance starting: temporary files go
+		t.Fatal(err)
+	}
+	lb.Unlock()
+	la, err = a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.PutStaged(lost); err != nil {
+		t.Fatalf("staged file removed by another's start-up: %v", err)
+	}
+	if _, found, err := la.Get(uid(3)); !found || err != nil {
+		t.Fatalf("record whose staged file was removed: found %v, %v", found, err)
+	}
+	la.Unlock()
 }

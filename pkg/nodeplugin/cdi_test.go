@@ -30,7 +30,11 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := commonEdits(ctx, o, be, inv.Kind)
+			src, err := newDriverSource(ctx, o, be, inv.Kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := src.edits(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,13 +55,17 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 	t.Run("no driver root", func(t *testing.T) {
 		o := NewOptions()
 		o.Backend, o.NVIDIADriverRoot, o.AscendDriverRoot = backend.NPU, "", ""
-		if e, err := commonEdits(context.Background(), o, nil, "npu"); e != nil || err != nil {
+		src, err := newDriverSource(context.Background(), o, nil, "npu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, err := src.edits(context.Background()); e != nil || err != nil {
 			t.Errorf("got %v, %v; want no edits and no error", e, err)
 		}
 	})
 	t.Run("unknown kind", func(t *testing.T) {
 		o := NewOptions()
-		if _, err := commonEdits(context.Background(), o, nil, "tpu"); err == nil {
+		if _, err := newDriverSource(context.Background(), o, nil, "tpu"); err == nil {
 			t.Error("unknown kind accepted")
 		}
 	})

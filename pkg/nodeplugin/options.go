@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -48,8 +49,11 @@ type Options struct {
 	AscendDriverRoot     string
 	AscendHostDriverRoot string
 	AscendDriverPaths    []string
-	Kube                 kubeclient.Options
-	Logging              *logsapi.LoggingConfiguration
+	// DriverCheckInterval is how often the driver's files are checked for a change (an
+	// upgrade), which recomputes the CDI edits and rewrites prepared claims' specs; 0 never.
+	DriverCheckInterval time.Duration
+	Kube                kubeclient.Options
+	Logging             *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
@@ -67,8 +71,10 @@ func NewOptions() *Options {
 		NVIDIADriverRoot:  "/",
 		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
 		AscendDriverRoot:  "/",
-		Kube:              kubeclient.DefaultOptions(),
-		Logging:           logsapi.NewLoggingConfiguration(),
+		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
+		DriverCheckInterval: 30 * time.Second,
+		Kube:                kubeclient.DefaultOptions(),
+		Logging:             logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -96,6 +102,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
 	fs.StringVar(&o.AscendHostDriverRoot, "ascend-host-driver-root", o.AscendHostDriverRoot, "The same tree as --ascend-driver-root as the container runtime on the host sees it (default: the same path).")
 	fs.StringSliceVar(&o.AscendDriverPaths, "ascend-extra-driver-paths", o.AscendDriverPaths, "Absolute paths under --ascend-driver-root to mount into NPU containers besides the default list (see docs/cdi.md); missing ones are skipped.")
+	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
