@@ -217,7 +217,8 @@ func (w *driverWatch) run(ctx context.Context, interval time.Duration) {
 
 // check recomputes the edits if the driver's files changed, and hands them to the sink if they
 // differ. It reports whether the sink got new edits. On an error the fingerprint is kept, so
-// the next check tries again (an upgrade in progress may have left the driver half-installed).
+// the next check tries again (an upgrade in progress may have left the driver half-installed,
+// or a spec could not be rewritten).
 func (w *driverWatch) check(ctx context.Context) (bool, error) {
 	if w.src.root == "" || w.src.fingerprint(w.current) == w.print {
 		return false, nil
@@ -234,10 +235,12 @@ func (w *driverWatch) check(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	n, err := w.sink.SetCommonEdits(ctx, edits)
-	w.current, w.print = edits, print
 	if err != nil {
+		// Current and fingerprint stay as they were, so the next check hands the edits over
+		// again and the specs that failed are rewritten then.
 		return true, fmt.Errorf("putting the new driver's CDI edits into prepared claims' specs: %w", err)
 	}
+	w.current, w.print = edits, print
 	klog.FromContext(ctx).Info("The driver changed: CDI edits recomputed", "kind", w.src.kind, "mounts", len(edits.Mounts), "specsRewritten", n)
 	return true, nil
 }
