@@ -261,3 +261,74 @@ func TestStaged(t *testing.T) {
 	}
 	la.Unlock()
 }
+
+// TestChanges: a store learns from the lock file which records the others changed since its
+// last hold; it is told to read everything when that is not known: on its first hold, after
+// more changes than the lock file keeps, after a writer that bumped the generation without
+// logging (an older plugin), and after a hold that did not see the changes (NotSeen).
+func TestChanges(t *testing.T) {
+	a, b := openPair(t)
+	hold := func(s *Store, f func(l *Locked)) {
+		t.Helper()
+		l, err := s.Lock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock()
+		f(l)
+	}
+	want := func(s *Store, uids []string, ok bool) {
+		t.Helper()
+		hold(s, func(l *Locked) {
+			got, gotOK := l.Changes()
+			if gotOK != ok || fmt.Sprint(got) != fmt.Sprint(uids) {
+				t.Errorf("Changes() = %v, %v; want %v, %v", got, gotOK, uids, ok)
+			}
+		})
+	}
+	want(b, nil, false) // first hold: nothing known
+	want(b, nil, true)  // nothing changed
+	hold(a, func(l *Locked) {
+		for _, u := range []string{uid(2), uid(1), uid(2)} {
+			if err := l.Put(testClaim(u)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Delete(uid(3)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want(b, []string{uid(1), uid(2), uid(3)}, true)
+	want(a, nil, true) // its own writes are no change for a
+
+	hold(a, func(l *Locked) {
+		for i := 0; i <= changeLogSize; i++ {
+			if err := l.Delete(uid(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	want(b, nil, false) // more than the ring holds
+	want(b, nil, true)
+
+	// An older plugin bumps the generation alone.
+	hold(a, func(l *Locked) {
+		var g [8]byte
+		if _, err := a.lockFile.ReadAt(g[:], 0); err != nil {
+			t.Fatal(err)
+		}
+		g[0]++
+		if _, err := a.lockFile.WriteAt(g[:], 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want(b, nil, false)
+
+	hold(a, func(l *Locked) {
+		if err := l.Put(testClaim(uid(5))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	hold(b, func(l *Locked) { l.NotSeen() })
+	want(b, []string{uid(5)}, true)
+}

@@ -516,14 +516,45 @@ func (d *Driver) lock(ctx context.Context) (*checkpoint.Locked, error) {
 	if !l.Changed() {
 		return l, nil
 	}
+	if uids, ok := l.Changes(); ok {
+		// The lock file names the records the others changed: read those, not the directory.
+		if err := d.refresh(ctx, l, uids); err != nil {
+			l.NotSeen()
+			l.Unlock()
+			return nil, fmt.Errorf("reading checkpoint: %w", err)
+		}
+		return l, nil
+	}
 	loaded, err := l.Reload(ctx)
 	if err != nil {
+		l.NotSeen()
 		l.Unlock()
 		return nil, fmt.Errorf("reading checkpoint: %w", err)
 	}
 	d.reportCorrupt(ctx, loaded.Corrupt)
 	d.reindex(loaded.Claims)
 	return l, nil
+}
+
+// refresh brings the index entries of uids up to date from their records; a corrupt one is
+// reported and treated as absent, as Load does.
+func (d *Driver) refresh(ctx context.Context, l *checkpoint.Locked, uids []string) error {
+	for _, uid := range uids {
+		c, found, err := l.Get(uid)
+		var bad *checkpoint.Corrupt
+		switch {
+		case errors.As(err, &bad):
+			d.reportCorrupt(ctx, []checkpoint.Corrupt{*bad})
+			d.unindex(types.UID(uid))
+		case err != nil:
+			return err
+		case found:
+			d.index(&c)
+		default:
+			d.unindex(types.UID(uid))
+		}
+	}
+	return nil
 }
 
 // indexed is the record of one claim, as the index has it; under the node lock (taken with
