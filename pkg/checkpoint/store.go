@@ -16,7 +16,7 @@
 // honours; records are written and removed only under it. The lock file also holds a
 // generation counter that each writer bumps, so a process can keep an in-memory index of the
 // records and learn cheaply, under the lock, whether another process changed the directory
-// since it last looked. Each process also holds a flock on `<dir>/instances/<id>.lock` for its
+// since it last looked, and which records (Locked.Changes) it changed. Each process also holds a flock on `<dir>/instances/<id>.lock` for its
 // lifetime, which tells the others whether the owner of a half-done record is still alive; the
 // kernel drops it when the process dies, kill -9 included.
 //
