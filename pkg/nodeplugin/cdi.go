@@ -36,11 +36,15 @@ type driverSource struct {
 	root, hostRoot string
 	nvidia         nvidiacdi.Config // without NVML, which openNVML gives
 	ascend         ascendcdi.Config
-	// openNVML initialises an NVML library for the GPU edits, which need the driver's version,
-	// and returns it with the function that shuts it down. It is initialised anew for each
-	// computation: NVML reports the version of the library it loaded, and after an upgrade
-	// that is the new one.
+	// openNVML opens a new GPU backend and initialises its NVML library for the GPU edits,
+	// which need the driver's version, and returns it with the function that shuts it down.
+	// It is opened anew for each recomputation, because NVML reports the version of the
+	// library it loaded, and after an upgrade that is the new one; and it is not kept between
+	// them (a mock backend's machine is large).
 	openNVML func(ctx context.Context) (nvml.Interface, func(), error)
+	// first is the backend the plugin enumerated with, for the computation at start-up; nil
+	// afterwards.
+	first device.Backend
 }
 
 // newDriverSource resolves where the node's driver is. The mock backends generate a fake
@@ -66,13 +70,17 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 				return nil, err
 			}
 		}
-		s.root, s.hostRoot = s.nvidia.DriverRoot, s.nvidia.HostDriverRoot
-		lib, err := library(be)
-		if err != nil {
-			return nil, err
-		}
-		s.openNVML = func(context.Context) (nvml.Interface, func(), error) {
-			// Init and Shutdown are reference counted, so this works next to an open backend.
+		s.root, s.hostRoot, s.first = s.nvidia.DriverRoot, s.nvidia.HostDriverRoot, be
+		opts := backend.Options{Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName, SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir}
+		s.openNVML = func(ctx context.Context) (nvml.Interface, func(), error) {
+			b, err := backend.New(ctx, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			lib, err := library(b)
+			if err != nil {
+				return nil, nil, err
+			}
 			if ret := lib.Init(); ret != nvml.SUCCESS {
 				return nil, nil, fmt.Errorf("nvml Init: %w", ret)
 			}
@@ -109,18 +117,29 @@ func library(be device.Backend) (nvml.Interface, error) {
 	return lib.Library(), nil
 }
 
-// edits computes the node-common edits; nil without a driver root.
+// edits computes the node-common edits; nil without a driver root. The first call uses the
+// backend the plugin enumerated with (before it is closed), later ones a new one.
 func (s *driverSource) edits(ctx context.Context) (*specs.ContainerEdits, error) {
 	if s.root == "" {
 		return nil, nil
 	}
 	switch s.kind {
 	case device.KindGPU:
-		lib, closeLib, err := s.openNVML(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("NVML for the driver's version: %w", err)
+		var lib nvml.Interface
+		if s.first != nil {
+			var err error
+			if lib, err = library(s.first); err != nil {
+				return nil, err
+			}
+			s.first = nil
+		} else {
+			var closeLib func()
+			var err error
+			if lib, closeLib, err = s.openNVML(ctx); err != nil {
+				return nil, fmt.Errorf("NVML for the driver's version: %w", err)
+			}
+			defer closeLib()
 		}
-		defer closeLib()
 		cfg := s.nvidia
 		cfg.NVML = lib
 		return nvidiacdi.CommonEdits(ctx, cfg)

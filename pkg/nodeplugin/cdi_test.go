@@ -2,6 +2,7 @@ package nodeplugin
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -49,6 +50,18 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("no mount of %s in %+v", want, e.Mounts)
+			}
+			// A recomputation (after a driver change) opens its own backend, the enumerating one
+			// being closed by then, and finds the same driver.
+			_ = be.Close()
+			again, err := src.edits(ctx)
+			if err != nil {
+				t.Fatalf("recomputing: %v", err)
+			}
+			a, _ := json.Marshal(e)
+			b, _ := json.Marshal(again)
+			if string(a) != string(b) {
+				t.Errorf("recomputed edits differ:\n%s\n%s", a, b)
 			}
 		})
 	}

@@ -53,7 +53,8 @@ func TestDriverChange(t *testing.T) {
 				}
 			}
 			upgrade := func(root string) {
-				// NVML initialised anew reports the new driver's version.
+				// NVML initialised anew reports the new driver's version (the plugin opens a new
+				// backend for it; here the same mock machine with the new version).
 				srv.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "580.65.06", nvml.SUCCESS }
 				if err := nvmlmock.WriteDriverRoot(root, "580.65.06"); err != nil {
 					t.Fatal(err)
@@ -103,6 +104,9 @@ func TestDriverChange(t *testing.T) {
 			src, err := newDriverSource(ctx, o, be, inv.Kind)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if lib, ok := be.(interface{ Library() nvml.Interface }); ok {
+				src.openNVML = func(context.Context) (nvml.Interface, func(), error) { return lib.Library(), func() {}, nil }
 			}
 			edits, err := src.edits(ctx)
 			if err != nil {
