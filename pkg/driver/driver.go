@@ -163,6 +163,9 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	d.releaseInstance, err = l.Register(d.instance)
+	// The index is still empty: this hold must not count as having seen the directory, so
+	// that the first decision reads it (Reconcile, which runs before serving, does anyway).
+	l.NotSeen()
 	l.Unlock()
 	if err != nil {
 		return nil, err
