@@ -8,6 +8,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,7 +69,11 @@ func setup(b *testing.B) *benchEnv {
 			envErr = err
 			return
 		}
-		env.plugin, err = framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: fmt.Sprintf("bench-%d", devices), ExtraArgs: []string{"-v=0"}})
+		args := []string{"-v=0"}
+		if os.Getenv(envProfileDir) != "" {
+			args = append(args, "--profiling")
+		}
+		env.plugin, err = framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: fmt.Sprintf("bench-%d", devices), ExtraArgs: args})
 		if err != nil {
 			envErr = err
 			return
@@ -87,6 +93,41 @@ func setup(b *testing.B) *benchEnv {
 		b.Fatal(envErr)
 	}
 	return env
+}
+
+// envProfileDir names a directory for CPU profiles of the plugin process, one per benchmark
+// that takes one (BENCH_PROFILE_DIR in hack/bench.sh); unset, the plugin runs without
+// --profiling, as the chart runs it.
+const envProfileDir = "BENCH_PROFILE_DIR"
+
+// profile starts a CPU profile of the plugin, if asked to; the returned function waits for it
+// and writes <dir>/<name>.pprof. pprof's endpoint profiles for a fixed time (10 s), and a
+// profile cut short is lost, so the wait may outlast the benchmark; an idle process adds no
+// samples meanwhile.
+func (e *benchEnv) profile(b *testing.B, name string) func() {
+	dir := os.Getenv(envProfileDir)
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get("http://" + e.plugin.HTTPAddr + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644); err != nil {
+			b.Error(err)
+		}
+	}()
+	return func() { <-done }
 }
 
 // claim creates (or reuses) an allocated claim for the given devices in the apiserver.
@@ -202,6 +243,7 @@ func BenchmarkConcurrentPrepare(b *testing.B) {
 	var prep []time.Duration
 	b.ResetTimer()
 	start := time.Now()
+	stop := e.profile(b, "concurrent")
 	var wg sync.WaitGroup
 	per := (b.N + workers - 1) / workers
 	for w := 0; w < workers; w++ {
@@ -221,6 +263,7 @@ func BenchmarkConcurrentPrepare(b *testing.B) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	stop()
 	b.ReportMetric(float64(per*workers)/elapsed.Seconds(), "claims/s")
 	report(b, "prepare", prep)
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 )
@@ -18,9 +19,22 @@ import (
 type Locked struct {
 	s       *Store
 	gen     uint64
+	seen    uint64 // the generation this Store saw at its last hold
 	changed bool
-	bumped  bool
+	unseen  bool // Unlock leaves seenGen alone: see NotSeen
 }
+
+// The lock file holds the generation (8 bytes, little endian) and, after it, a ring of the
+// last changeLogSize changes: per generation g, slot g%changeLogSize holds g and the UID whose
+// record that change wrote or removed. A process that finds the generation moved reads the
+// records of those UIDs only, instead of the whole directory; it reads everything when a
+// generation it needs is not in its slot (overwritten by later changes, or bumped by a plugin
+// that does not write the ring).
+const (
+	changeLogSize = 256
+	slotSize      = 8 + 1 + 128 // generation, UID length, UID (validateUID allows 128 bytes)
+	genSize       = 8
+)
 
 // Lock takes the node-wide lock, waiting for it. Hold it only for decisions and the small record
 // writes that publish them: every prepare on the node queues behind it.
@@ -36,12 +50,19 @@ func (s *Store) Lock() (*Locked, error) {
 		s.lockMu.Unlock()
 		return nil, fmt.Errorf("locking checkpoint: %w", err)
 	}
-	return &Locked{s: s, gen: gen, changed: gen != s.seenGen}, nil
+	return &Locked{s: s, gen: gen, seen: s.seenGen, changed: gen != s.seenGen}, nil
 }
+
+// NotSeen makes Unlock forget this hold: the next Lock reports Changed again (and Changes
+// counts from the last hold that did see them). For a caller that could not bring its view of
+// the directory up to date.
+func (l *Locked) NotSeen() { l.unseen = true }
 
 // Unlock releases the lock.
 func (l *Locked) Unlock() {
-	l.s.seenGen = l.gen
+	if !l.unseen {
+		l.s.seenGen = l.gen
+	}
 	_ = flock(l.s.lockFile, syscall.LOCK_UN)
 	l.s.lockMu.Unlock()
 }
@@ -51,20 +72,81 @@ func (l *Locked) Unlock() {
 // first Lock of a Store.
 func (l *Locked) Changed() bool { return l.changed }
 
-// bump advances the generation before the first write of this hold. Before, not after: a
-// process killed between its write and the bump would otherwise leave a change nobody notices.
-func (l *Locked) bump() error {
-	if l.bumped {
-		return nil
+// bump advances the generation before a write of uid's record and logs uid as its change.
+// Before, not after: a process killed between its write and the bump would otherwise leave a
+// change nobody notices. The slot is written before the generation, so a generation another
+// process can see always has its slot (or an older plugin's bump, which the slot's generation
+// tells apart).
+func (l *Locked) bump(uid string) error {
+	g := l.gen + 1
+	slot := make([]byte, slotSize)
+	binary.LittleEndian.PutUint64(slot, g)
+	slot[8] = byte(copy(slot[9:], uid))
+	if _, err := l.s.lockFile.WriteAt(slot, genSize+int64(g%changeLogSize)*slotSize); err != nil {
+		return fmt.Errorf("checkpoint generation: %w", err)
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], l.gen+1)
+	var b [genSize]byte
+	binary.LittleEndian.PutUint64(b[:], g)
 	if _, err := l.s.lockFile.WriteAt(b[:], 0); err != nil {
 		return fmt.Errorf("checkpoint generation: %w", err)
 	}
-	l.gen++
-	l.bumped = true
+	l.gen = g
 	return nil
+}
+
+// bumpCorrupt announces records moved aside. A file name that is no UID is logged as an empty
+// UID, which makes the others read everything.
+func (l *Locked) bumpCorrupt(bad []Corrupt) error {
+	for _, c := range bad {
+		uid := strings.TrimSuffix(filepath.Base(c.Path), recordExt)
+		if validateUID(uid) != nil {
+			uid = ""
+		}
+		if err := l.bump(uid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Changes returns the UIDs whose records other processes wrote or removed since this Store
+// last held the lock, sorted and without repeats, for the caller to read again (Get) instead of
+// the whole directory. ok is false when that is not known (the first hold, more changes than
+// the lock file keeps, or a writer that does not log them): then Reload.
+func (l *Locked) Changes() (uids []string, ok bool) {
+	if !l.changed {
+		return nil, true
+	}
+	if l.seen == ^uint64(0) || l.gen < l.seen || l.gen-l.seen > changeLogSize {
+		return nil, false
+	}
+	ring := make([]byte, changeLogSize*slotSize)
+	n, err := l.s.lockFile.ReadAt(ring, genSize)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false
+	}
+	ring = ring[:n]
+	set := map[string]bool{}
+	for g := l.seen + 1; g <= l.gen; g++ {
+		off := int(g%changeLogSize) * slotSize
+		if off+slotSize > len(ring) {
+			return nil, false
+		}
+		slot := ring[off : off+slotSize]
+		if binary.LittleEndian.Uint64(slot) != g || int(slot[8]) > slotSize-9 {
+			return nil, false
+		}
+		uid := string(slot[9 : 9+int(slot[8])])
+		if validateUID(uid) != nil {
+			return nil, false
+		}
+		set[uid] = true
+	}
+	for uid := range set {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	return uids, true
 }
 
 func (s *Store) readGen() (uint64, error) {
@@ -81,22 +163,56 @@ func (s *Store) readGen() (uint64, error) {
 
 // Put is Store.Put under the lock.
 func (l *Locked) Put(c Claim) error {
-	if err := l.bump(); err != nil {
+	if err := validateUID(c.UID); err != nil {
+		return fmt.Errorf("checkpointing claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if err := l.bump(c.UID); err != nil {
 		return err
 	}
 	return l.s.Put(c)
 }
 
+// PutStaged publishes a staged record, replacing any record of the same UID: one rename. A
+// staged file removed meanwhile (a start-up Load of another process takes every temporary file
+// for the leftover of a crash) is written again from memory, so the record is published either
+// way. The Staged is used up, whether PutStaged succeeds or not.
+func (l *Locked) PutStaged(st *Staged) error {
+	if st.tmp == "" {
+		return errors.New("checkpoint: staged record already used")
+	}
+	tmp := st.tmp
+	st.tmp = ""
+	if err := l.bump(st.claim.UID); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	l.s.mu.RLock()
+	defer l.s.mu.RUnlock()
+	err := os.Rename(tmp, l.s.path(st.claim.UID))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = l.s.writeAtomic(st.claim.UID, st.data)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("checkpointing claim %s/%s (%s): %w", st.claim.Namespace, st.claim.Name, st.claim.UID, err)
+	}
+	return nil
+}
+
 // Delete is Store.Delete under the lock.
 func (l *Locked) Delete(uid string) error {
-	if err := l.bump(); err != nil {
+	if err := validateUID(uid); err != nil {
+		return fmt.Errorf("deleting checkpoint: %w", err)
+	}
+	if err := l.bump(uid); err != nil {
 		return err
 	}
 	return l.s.Delete(uid)
 }
 
-// Load is Store.Load under the lock. Only under the lock may Load remove temporary files: none
-// then belongs to a write in flight in another process.
+// Load is Store.Load under the lock, for start-up: it removes temporary files. Under the lock
+// none of them is a Put in flight; one may be a record another process staged (Store.Stage),
+// whose PutStaged then writes it again.
 func (l *Locked) Load(ctx context.Context) (*LoadResult, error) {
 	res, err := l.s.Load(ctx)
 	if err != nil {
@@ -105,10 +221,23 @@ func (l *Locked) Load(ctx context.Context) (*LoadResult, error) {
 	// Reading changes nothing another process could have indexed, except moving aside a record
 	// that went bad after it was read; only that is announced. (Bumping on every Load would make
 	// two instances re-read the directory on every hold, each triggering the other.)
-	if len(res.Corrupt) > 0 {
-		if err := l.bump(); err != nil {
-			return nil, err
-		}
+	if err := l.bumpCorrupt(res.Corrupt); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Reload is Load for a process that already runs next to others: it leaves temporary files
+// alone, because under the lock they may be records another process has staged
+// (Store.Stage) and is about to publish, not leftovers of a crash. Start-up uses Load, which
+// removes them.
+func (l *Locked) Reload(ctx context.Context) (*LoadResult, error) {
+	res, err := l.s.load(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.bumpCorrupt(res.Corrupt); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -126,7 +255,7 @@ func (l *Locked) Get(uid string) (c Claim, found bool, err error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return Claim{}, false, nil
 	case err != nil:
-		if berr := l.bump(); berr != nil {
+		if berr := l.bump(uid); berr != nil {
 			return Claim{}, false, berr
 		}
 		bad := l.s.moveAside(path, err)

@@ -3,10 +3,14 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2/ktesting"
 )
 
 // openPair opens two Stores over one directory, as two plugin processes do.
@@ -171,4 +175,160 @@ func TestRegisterAlive(t *testing.T) {
 	if got := dirNames(t, filepath.Join(a.Dir(), InstancesDir)); len(got) != 1 || got[0] != "inst-b.lock" {
 		t.Errorf("instances after prune: %v, want only the live one", got)
 	}
+}
+
+// TestStaged: a staged record is invisible until PutStaged, which publishes it in one rename and
+// tells the other stores (the generation moves); Discard leaves nothing behind; a staged file
+// that a start-up Load of another process removed is published all the same; Reload, unlike
+// Load, leaves staged files alone.
+func TestStaged(t *testing.T) {
+	a, b := openPair(t)
+	_, ctx := ktesting.NewTestContext(t)
+	lockB := func() *Locked {
+		t.Helper()
+		l, err := b.Lock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	lockB().Unlock() // b has seen the directory as it is now
+
+	c := testClaim(uid(1))
+	st, err := a.Stage(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := lockB()
+	res, err := lb.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Changed() || len(res.Claims) != 0 || len(dirNames(t, a.Dir())) != 1 {
+		t.Fatalf("staged record visible or removed: changed %v, %+v, dir %v", lb.Changed(), res.Claims, dirNames(t, a.Dir()))
+	}
+	lb.Unlock()
+
+	la, err := a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.PutStaged(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.PutStaged(st); err == nil {
+		t.Error("a staged record published twice")
+	}
+	la.Unlock()
+	if got := dirNames(t, a.Dir()); fmt.Sprint(got) != fmt.Sprint([]string{uid(1) + ".json"}) {
+		t.Fatalf("directory after PutStaged: %v", got)
+	}
+	lb = lockB()
+	got, found, err := lb.Get(uid(1))
+	if !lb.Changed() || !found || err != nil || !reflect.DeepEqual(got, c) {
+		t.Fatalf("after PutStaged: changed %v, found %v, %v, %+v", lb.Changed(), found, err, got)
+	}
+	lb.Unlock()
+
+	discarded, err := a.Stage(testClaim(uid(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	discarded.Discard()
+	discarded.Discard()
+	if got := dirNames(t, a.Dir()); len(got) != 1 {
+		t.Fatalf("Discard left %v", got)
+	}
+
+	lost, err := a.Stage(testClaim(uid(3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb = lockB()
+	if _, err := lb.Load(ctx); err != nil { // a new instance starting: temporary files go
+		t.Fatal(err)
+	}
+	lb.Unlock()
+	la, err = a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.PutStaged(lost); err != nil {
+		t.Fatalf("staged file removed by another's start-up: %v", err)
+	}
+	if _, found, err := la.Get(uid(3)); !found || err != nil {
+		t.Fatalf("record whose staged file was removed: found %v, %v", found, err)
+	}
+	la.Unlock()
+}
+
+// TestChanges: a store learns from the lock file which records the others changed since its
+// last hold; it is told to read everything when that is not known: on its first hold, after
+// more changes than the lock file keeps, after a writer that bumped the generation without
+// logging (an older plugin), and after a hold that did not see the changes (NotSeen).
+func TestChanges(t *testing.T) {
+	a, b := openPair(t)
+	hold := func(s *Store, f func(l *Locked)) {
+		t.Helper()
+		l, err := s.Lock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock()
+		f(l)
+	}
+	want := func(s *Store, uids []string, ok bool) {
+		t.Helper()
+		hold(s, func(l *Locked) {
+			got, gotOK := l.Changes()
+			if gotOK != ok || fmt.Sprint(got) != fmt.Sprint(uids) {
+				t.Errorf("Changes() = %v, %v; want %v, %v", got, gotOK, uids, ok)
+			}
+		})
+	}
+	want(b, nil, false) // first hold: nothing known
+	want(b, nil, true)  // nothing changed
+	hold(a, func(l *Locked) {
+		for _, u := range []string{uid(2), uid(1), uid(2)} {
+			if err := l.Put(testClaim(u)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Delete(uid(3)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want(b, []string{uid(1), uid(2), uid(3)}, true)
+	want(a, nil, true) // its own writes are no change for a
+
+	hold(a, func(l *Locked) {
+		for i := 0; i <= changeLogSize; i++ {
+			if err := l.Delete(uid(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	want(b, nil, false) // more than the ring holds
+	want(b, nil, true)
+
+	// An older plugin bumps the generation alone.
+	hold(a, func(l *Locked) {
+		var g [8]byte
+		if _, err := a.lockFile.ReadAt(g[:], 0); err != nil {
+			t.Fatal(err)
+		}
+		g[0]++
+		if _, err := a.lockFile.WriteAt(g[:], 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want(b, nil, false)
+
+	hold(a, func(l *Locked) {
+		if err := l.Put(testClaim(uid(5))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	hold(b, func(l *Locked) { l.NotSeen() })
+	want(b, []string{uid(5)}, true)
 }

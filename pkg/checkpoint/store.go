@@ -16,7 +16,7 @@
 // honours; records are written and removed only under it. The lock file also holds a
 // generation counter that each writer bumps, so a process can keep an in-memory index of the
 // records and learn cheaply, under the lock, whether another process changed the directory
-// since it last looked. Each process also holds a flock on `<dir>/instances/<id>.lock` for its
+// since it last looked, and which records (Locked.Changes) it changed. Each process also holds a flock on `<dir>/instances/<id>.lock` for its
 // lifetime, which tells the others whether the owner of a half-done record is still alive; the
 // kernel drops it when the process dies, kill -9 included.
 //
@@ -140,25 +140,75 @@ func (s *Store) Put(c Claim) error {
 
 // writeAtomic writes a temp file in the same directory and renames it over the record, so a
 // reader (or a process that dies half-way) sees the old record or the new one, never a mix.
-func (s *Store) writeAtomic(uid string, data []byte) (err error) {
-	f, err := os.CreateTemp(s.dir, tempPrefix+uid+recordExt+".*"+tempSuffix)
+func (s *Store) writeAtomic(uid string, data []byte) error {
+	tmp, err := s.writeTemp(uid, data)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
+	if err := os.Rename(tmp, s.path(uid)); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// writeTemp writes data to a new temporary file next to uid's record and returns its path.
+func (s *Store) writeTemp(uid string, data []byte) (tmp string, err error) {
+	f, err := os.CreateTemp(s.dir, tempPrefix+uid+recordExt+".*"+tempSuffix)
+	if err != nil {
+		return "", err
+	}
+	tmp = f.Name()
 	if _, err = f.Write(data); err != nil {
 		_ = f.Close()
-		return err
+		_ = os.Remove(tmp)
+		return "", err
 	}
 	if err = f.Close(); err != nil {
-		return err
+		_ = os.Remove(tmp)
+		return "", err
 	}
-	return os.Rename(tmp, s.path(uid))
+	return tmp, nil
+}
+
+// Staged is a record encoded and written to a temporary file ahead of time, so that publishing
+// it under the node lock (Locked.PutStaged) costs one rename rather than an encode, a file
+// creation and a write: every prepare on the node queues behind the lock, so what can be done
+// before taking it is done before.
+type Staged struct {
+	s     *Store
+	claim Claim
+	data  []byte
+	tmp   string // "" once used or discarded
+}
+
+// Stage encodes c and writes it to a temporary file, which no reader takes for a record. The
+// caller publishes it with Locked.PutStaged or drops it with Discard.
+func (s *Store) Stage(c Claim) (*Staged, error) {
+	data, err := encodeRecord(s.bootID, &c)
+	if err != nil {
+		return nil, fmt.Errorf("checkpointing claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	tmp, err := s.writeTemp(c.UID, data)
+	if err != nil {
+		return nil, fmt.Errorf("checkpointing claim %s/%s (%s): %w", c.Namespace, c.Name, c.UID, err)
+	}
+	return &Staged{s: s, claim: c, data: data, tmp: tmp}, nil
+}
+
+// Claim is the record staged.
+func (st *Staged) Claim() Claim { return st.claim }
+
+// Discard removes the temporary file of a record that is not going to be published. It is a
+// no-op after PutStaged or a previous Discard.
+func (st *Staged) Discard() {
+	if st == nil || st.tmp == "" {
+		return
+	}
+	_ = os.Remove(st.tmp)
+	st.tmp = ""
 }
 
 // Delete removes the record of uid. Deleting a record that does not exist is not an error:
@@ -181,7 +231,11 @@ func (s *Store) Delete(uid string) error {
 
 // Load reads every record. Only a failure to read the directory itself is an error; each bad
 // record is moved aside and reported in the result instead.
-func (s *Store) Load(ctx context.Context) (*LoadResult, error) {
+func (s *Store) Load(ctx context.Context) (*LoadResult, error) { return s.load(ctx, true) }
+
+// load reads every record; removeTemps says whether temporary files are garbage (at start-up)
+// or may be records another process has staged and is about to publish (Locked.Reload).
+func (s *Store) load(ctx context.Context, removeTemps bool) (*LoadResult, error) {
 	logger := klog.FromContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,6 +255,9 @@ func (s *Store) Load(ctx context.Context) (*LoadResult, error) {
 		case (name == CorruptDir || name == InstancesDir) && e.IsDir():
 			continue
 		case strings.HasPrefix(name, tempPrefix) && strings.HasSuffix(name, tempSuffix):
+			if !removeTemps {
+				continue
+			}
 			// An interrupted Put: the rename never happened, so the previous record (if any)
 			// is still the truth and the temp file is garbage.
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -44,8 +45,8 @@ type Options struct {
 	Inventory *device.Inventory
 	CDI       *cdi.Writer
 	// CommonEdits are the node-common CDI edits of the kind (driver libraries, binaries, hooks;
-	// see pkg/cdi/nvidia and pkg/cdi/ascend), computed once at start-up and put in every
-	// claim's spec; nil adds none.
+	// see pkg/cdi/nvidia and pkg/cdi/ascend), computed at start-up and put in every claim's
+	// spec; nil adds none. SetCommonEdits replaces them when the driver changes.
 	CommonEdits *specs.ContainerEdits
 	State       *checkpoint.Store
 	Metrics     *metrics.Plugin
@@ -73,6 +74,9 @@ type Driver struct {
 	devices map[string]*device.Device
 	// publishable are the devices that passed validation; only they can be prepared.
 	publishable map[string]bool
+	// edits are the node-common CDI edits every spec written now gets (Options.CommonEdits,
+	// then SetCommonEdits).
+	edits atomic.Pointer[specs.ContainerEdits]
 
 	// claimLocks serialise this instance's work on one claim (the kubelet may retry a claim
 	// while a first call is still running) without serialising different claims.
@@ -86,10 +90,9 @@ type Driver struct {
 	// The fields below are an index of the checkpoint directory, not a second truth: they are
 	// rebuilt from disk under the node lock whenever another process wrote there (Changed), and
 	// changed only under the node lock. mu lets readers outside the node lock see them.
-	mu       sync.Mutex
-	claims   map[types.UID]*checkpoint.Claim // every record of this boot, either state
-	owner    map[string]types.UID            // device UUID -> claim holding it (admin access holds nothing)
-	inflight map[types.UID]bool              // claims this instance is preparing now
+	mu     sync.Mutex
+	claims map[types.UID]*checkpoint.Claim // every record of this boot, either state
+	owner  map[string]types.UID            // device UUID -> claim holding it (admin access holds nothing)
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
@@ -113,9 +116,9 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		publishable: map[string]bool{},
 		claims:      map[types.UID]*checkpoint.Claim{},
 		owner:       map[string]types.UID{},
-		inflight:    map[types.UID]bool{},
 		instance:    newInstanceID(),
 	}
+	d.edits.Store(opts.CommonEdits)
 	built := slices.Build(opts.Inventory, opts.NodeName)
 	for _, name := range built.Published {
 		d.publishable[name] = true
@@ -163,6 +166,9 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	d.releaseInstance, err = l.Register(d.instance)
+	// The index is still empty: this hold must not count as having seen the directory, so
+	// that the first decision reads it (Reconcile, which runs before serving, does anyway).
+	l.NotSeen()
 	l.Unlock()
 	if err != nil {
 		return nil, err
@@ -248,10 +254,15 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if existing != nil {
 		return toKubelet(existing), nil
 	}
-	if err := d.commit(ctx, rec); err != nil {
+	// The spec is written after the decision is published and outside the lock. A crash in
+	// between leaves a PrepareCompleted record without spec, which is a state every path
+	// already repairs from the record: start-up reconciliation re-creates the spec, and so does
+	// the kubelet's next prepare of the claim (restore), which it sends because it got no answer.
+	if err := d.writeSpec(rec); err != nil {
 		d.rollback(ctx, rec)
 		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 	}
+	klog.FromContext(ctx).V(2).Info("Prepared claim", "claim", klog.KObj(claim), "devices", len(rec.Devices))
 	return toKubelet(rec), nil
 }
 
@@ -349,22 +360,37 @@ func appliesTo(names []string, req string) bool {
 }
 
 // reserve decides, under the node lock, whether this instance may prepare rec, and publishes
-// the decision as a PrepareStarted record owned by this instance. This is the driver's last line
-// of defence against two workloads sharing a device, so it looks at what is on disk, not at what
-// this process remembers. If the claim is already prepared it returns the record instead (the
-// kubelet asks again after its own restart, or asks the other instance of a rolling update).
+// the decision as its PrepareCompleted record. This is the driver's last line of defence against
+// two workloads sharing a device, so it decides against what is on disk (the index, which the
+// lock brings up to date), not against what this process remembers. If the claim is already
+// prepared it returns the record instead (the kubelet asks again after its own restart, or asks
+// the other instance of a rolling update).
+//
+// This is the only hold of the node lock in a prepare. The record is encoded and written to a
+// temporary file before the lock is taken, so that under it publishing costs one rename, and it
+// is thrown away if the decision goes the other way. The claim's one side effect, its CDI spec,
+// can be re-created from the record alone, so no PrepareStarted record has to announce it:
+// PrepareStarted records are only read, from older plugins and for side effects that could not
+// be redone.
 func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoint.Claim, error) {
+	ref := klog.KRef(rec.Namespace, rec.Name).String()
+	done := *rec
+	done.State = checkpoint.StatePrepareCompleted
+	done.Owner = ""
+	st, err := d.opts.State.Stage(done)
+	if err != nil {
+		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+		return nil, fmt.Errorf("claim %s: checkpoint: %w", ref, err)
+	}
+	defer st.Discard()
+
 	l, err := d.lock(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Unlock()
-	ref := klog.KRef(rec.Namespace, rec.Name).String()
 
-	cur, found, err := d.get(ctx, l, rec.UID)
-	if err != nil {
-		return nil, err
-	}
+	cur, found := d.indexed(rec.UID)
 	if found {
 		switch {
 		case cur.State == checkpoint.StatePrepareCompleted:
@@ -372,8 +398,7 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		case cur.Owner != d.instance && l.Alive(cur.Owner):
 			return nil, fmt.Errorf("claim %s is being prepared by another instance of the plugin (%s); try again when it is done", ref, cur.Owner)
 		}
-		// Half-done by an instance that died or by an earlier attempt of this one: start over.
-		// The CDI spec, if any, is rewritten below.
+		// Half-done by an instance that died: start over. The CDI spec, if any, is rewritten.
 	}
 
 	for _, pd := range rec.Devices {
@@ -395,27 +420,22 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s", ref, pd.Device, d.describe(other))
 	}
 
-	rec.State = checkpoint.StatePrepareStarted
-	rec.Owner = d.instance
-	if err := l.Put(*rec); err != nil {
+	if err := l.PutStaged(st); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return nil, fmt.Errorf("claim %s: checkpoint: %w", ref, err)
 	}
+	*rec = done
 	d.index(rec)
-	d.inflight[types.UID(rec.UID)] = true
 	return nil, nil
 }
 
 // abandoned reports whether c is a PrepareStarted record nobody is working on any more: its
-// owner is dead, or it is this instance and not preparing it now (a rollback that failed).
+// owner is dead. This instance writes none, so one of its own is abandoned too.
 func (d *Driver) abandoned(l *checkpoint.Locked, c *checkpoint.Claim) bool {
 	if c.State != checkpoint.StatePrepareStarted {
 		return false
 	}
-	if c.Owner == d.instance {
-		return !d.inflight[types.UID(c.UID)]
-	}
-	return !l.Alive(c.Owner)
+	return c.Owner == d.instance || !l.Alive(c.Owner)
 }
 
 // restore answers a prepare of a claim that is already prepared, after checking that its devices
@@ -490,7 +510,10 @@ func (d *Driver) describe(uid types.UID) string {
 }
 
 // lock takes the node lock and brings the index up to date if another process wrote to the
-// checkpoint since this one last held the lock.
+// checkpoint since this one last held the lock. While the lock is held, the index is exactly
+// what the directory holds: either nobody else wrote since this process's last hold (whose
+// writes the index has), or the directory has just been read. Decisions are taken against it
+// without reading records again.
 func (d *Driver) lock(ctx context.Context) (*checkpoint.Locked, error) {
 	l, err := d.opts.State.Lock()
 	if err != nil {
@@ -499,8 +522,18 @@ func (d *Driver) lock(ctx context.Context) (*checkpoint.Locked, error) {
 	if !l.Changed() {
 		return l, nil
 	}
-	loaded, err := l.Load(ctx)
+	if uids, ok := l.Changes(); ok {
+		// The lock file names the records the others changed: read those, not the directory.
+		if err := d.refresh(ctx, l, uids); err != nil {
+			l.NotSeen()
+			l.Unlock()
+			return nil, fmt.Errorf("reading checkpoint: %w", err)
+		}
+		return l, nil
+	}
+	loaded, err := l.Reload(ctx)
 	if err != nil {
+		l.NotSeen()
 		l.Unlock()
 		return nil, fmt.Errorf("reading checkpoint: %w", err)
 	}
@@ -509,23 +542,39 @@ func (d *Driver) lock(ctx context.Context) (*checkpoint.Locked, error) {
 	return l, nil
 }
 
-// get reads one claim's record under the lock; a corrupt one is reported and treated as absent,
-// as Load does.
-func (d *Driver) get(ctx context.Context, l *checkpoint.Locked, uid string) (checkpoint.Claim, bool, error) {
-	c, found, err := l.Get(uid)
-	var bad *checkpoint.Corrupt
-	if errors.As(err, &bad) {
-		d.reportCorrupt(ctx, []checkpoint.Corrupt{*bad})
-		d.unindex(types.UID(uid))
-		return checkpoint.Claim{}, false, nil
+// refresh brings the index entries of uids up to date from their records; a corrupt one is
+// reported and treated as absent, as Load does.
+func (d *Driver) refresh(ctx context.Context, l *checkpoint.Locked, uids []string) error {
+	for _, uid := range uids {
+		c, found, err := l.Get(uid)
+		var bad *checkpoint.Corrupt
+		switch {
+		case errors.As(err, &bad):
+			d.reportCorrupt(ctx, []checkpoint.Corrupt{*bad})
+			d.unindex(types.UID(uid))
+		case err != nil:
+			return err
+		case found:
+			d.index(&c)
+		default:
+			d.unindex(types.UID(uid))
+		}
 	}
-	if err != nil {
-		return checkpoint.Claim{}, false, fmt.Errorf("reading checkpoint of claim %s: %w", uid, err)
+	return nil
+}
+
+// indexed is the record of one claim, as the index has it; under the node lock (taken with
+// lock) that is what is on disk. The copy is the caller's to change.
+func (d *Driver) indexed(uid string) (checkpoint.Claim, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.claims[types.UID(uid)]
+	if c == nil {
+		return checkpoint.Claim{}, false
 	}
-	if !found {
-		d.unindex(types.UID(uid))
-	}
-	return c, found, nil
+	cp := *c
+	cp.Devices = stdslices.Clone(c.Devices)
+	return cp, true
 }
 
 func (d *Driver) reportCorrupt(ctx context.Context, bad []checkpoint.Corrupt) {
@@ -601,39 +650,6 @@ func (d *Driver) unindexLocked(uid types.UID) {
 	delete(d.claims, uid)
 }
 
-// commit makes the claim usable: the CDI spec, outside the lock, then PrepareCompleted, under it,
-// and only if the PrepareStarted record is still this attempt's (an unprepare from the other
-// instance of a rolling update may have removed it meanwhile).
-func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
-	if err := d.writeSpec(rec); err != nil {
-		return err
-	}
-	l, err := d.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer l.Unlock()
-	cur, found, err := d.get(ctx, l, rec.UID)
-	if err != nil {
-		return err
-	}
-	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
-		return fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
-	}
-	done := *rec
-	done.State = checkpoint.StatePrepareCompleted
-	done.Owner = ""
-	if err := l.Put(done); err != nil {
-		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	d.index(&done)
-	delete(d.inflight, types.UID(rec.UID))
-	*rec = done
-	klog.FromContext(ctx).V(2).Info("Prepared claim", "claim", klog.KRef(rec.Namespace, rec.Name), "devices", len(rec.Devices))
-	return nil
-}
-
 func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 	var requests []cdi.Request
 	index := map[string]int{}
@@ -651,7 +667,7 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 		requests[i].Devices = append(requests[i].Devices, *dev)
 	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
-		UID: rec.UID, Requests: requests, Common: d.opts.CommonEdits,
+		UID: rec.UID, Requests: requests, Common: d.edits.Load(),
 		Control: d.opts.Inventory.ControlNodes, Env: rec.Env,
 	})
 	if err != nil {
@@ -663,8 +679,61 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 	return nil
 }
 
-// rollback undoes a failed preparation, but only the part that is still this attempt's: a
-// record that another instance wrote since is left to it.
+// SetCommonEdits makes edits the node-common CDI edits of every spec written from now on, and
+// rewrites the spec of every claim prepared on the node (by any instance) with them, so that a
+// container started after a driver change gets the new driver's files, whichever claim it
+// uses. Each claim is rewritten under its claim lock and the node lock, and only if its spec is
+// there: a prepare in flight writes its spec after this swap (its claim lock orders it against
+// the rewrite), and a spec that was removed (unprepared, or refused for a changed device) must
+// not come back. It returns how many specs it rewrote; an error names the claims it could not
+// rewrite, and the others are rewritten anyway.
+func (d *Driver) SetCommonEdits(ctx context.Context, edits *specs.ContainerEdits) (int, error) {
+	d.edits.Store(edits)
+	d.mu.Lock()
+	uids := make([]types.UID, 0, len(d.claims))
+	for uid := range d.claims {
+		uids = append(uids, uid)
+	}
+	d.mu.Unlock()
+	stdslices.Sort(uids)
+	n := 0
+	var errs []error
+	for _, uid := range uids {
+		done, err := d.rewriteSpec(ctx, uid)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if done {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+func (d *Driver) rewriteSpec(ctx context.Context, uid types.UID) (bool, error) {
+	lock := d.claimLock(uid)
+	lock.Lock()
+	defer lock.Unlock()
+	l, err := d.lock(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer l.Unlock()
+	c, found := d.indexed(string(uid))
+	if !found || c.State != checkpoint.StatePrepareCompleted || !d.opts.CDI.Exists(c.UID) {
+		return false, nil
+	}
+	if err := d.writeSpec(&c); err != nil {
+		return false, fmt.Errorf("claim %s/%s: rewriting CDI spec: %w", c.Namespace, c.Name, err)
+	}
+	return true, nil
+}
+
+// rollback undoes a preparation whose CDI spec could not be written: record and spec go, unless
+// the record is no longer a PrepareCompleted one (another instance has started over since).
+// Another instance may have answered a prepare of the same claim from the record meanwhile;
+// its spec would fail as this one did (the same spec, the same disk), so removing both leaves
+// the kubelet to retry rather than a claim that looks prepared but cannot be used.
 func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 	logger := klog.FromContext(ctx)
 	l, err := d.lock(ctx)
@@ -673,13 +742,8 @@ func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 		return
 	}
 	defer l.Unlock()
-	delete(d.inflight, types.UID(rec.UID))
-	cur, found, err := d.get(ctx, l, rec.UID)
-	if err != nil {
-		logger.Error(err, "Rollback: reading checkpoint record", "claim", klog.KRef(rec.Namespace, rec.Name))
-		return
-	}
-	if found && (cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance) {
+	cur, found := d.indexed(rec.UID)
+	if found && cur.State != checkpoint.StatePrepareCompleted {
 		return
 	}
 	if err := d.forget(l, rec); err != nil {

@@ -343,3 +343,28 @@ func TestV1RecordMigrates(t *testing.T) {
 		t.Fatal("migrated claim's device given away")
 	}
 }
+
+// TestNewDriverReadsCheckpointBeforeDeciding: a driver that has not reconciled yet still
+// decides against the records on disk, not against its empty index.
+func TestNewDriverReadsCheckpointBeforeDeciding(t *testing.T) {
+	e := newEnv(t, inventory(2))
+	if r := e.prepare(claim("first", []result{{Device: "gpu-0"}})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	b, err := New(e.ctx, Options{
+		DriverName: e.driver, NodeName: nodeName, Inventory: e.inv,
+		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: metrics.NewPlugin(e.driver),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := prepareOn(e.ctx, b, claim("second", []result{{Device: "gpu-0"}})); err == nil || !strings.Contains(err.Error(), "already prepared") {
+		t.Fatalf("a device held on disk given to another claim before reconciliation: %v", err)
+	}
+}

@@ -171,9 +171,9 @@ func (d *Driver) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bool
 		return false, err
 	}
 	defer l.Unlock()
-	cur, found, err := d.get(ctx, l, c.UID)
-	if err != nil || !found || cur.State != checkpoint.StatePrepareCompleted {
-		return false, err
+	cur, found := d.indexed(c.UID)
+	if !found || cur.State != checkpoint.StatePrepareCompleted {
+		return false, nil
 	}
 	return true, d.forget(l, &cur)
 }

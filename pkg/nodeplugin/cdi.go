@@ -2,8 +2,16 @@ package nodeplugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
@@ -17,35 +25,69 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
-// commonEdits computes the node-common CDI edits of kind once, at start-up, so that prepare only
-// copies them into a claim's spec. The mock backends generate a fake driver root in the mock
-// directory first and run the same generators over it, so every test and the e2e exercise the
-// code path of a real node.
-func commonEdits(ctx context.Context, o *Options, be device.Backend, kind device.Kind) (*specs.ContainerEdits, error) {
+// driverSource computes the node-common CDI edits of the node's driver (its libraries,
+// binaries, hooks) and tells cheaply whether the driver changed since they were computed.
+// The edits are computed at start-up and again only when the driver changes, so that prepare
+// only copies them into a claim's spec.
+type driverSource struct {
+	kind device.Kind
+	// root is where this process sees the driver's root, hostRoot where the container
+	// runtime sees it ("" = the same). An empty root means no driver files at all.
+	root, hostRoot string
+	nvidia         nvidiacdi.Config // without NVML, which openNVML gives
+	ascend         ascendcdi.Config
+	// openNVML opens a new GPU backend and initialises its NVML library for the GPU edits,
+	// which need the driver's version, and returns it with the function that shuts it down.
+	// It is opened anew for each recomputation, because NVML reports the version of the
+	// library it loaded, and after an upgrade that is the new one; and it is not kept between
+	// them (a mock backend's machine is large).
+	openNVML func(ctx context.Context) (nvml.Interface, func(), error)
+	// first is the backend the plugin enumerated with, for the computation at start-up; nil
+	// afterwards.
+	first device.Backend
+}
+
+// newDriverSource resolves where the node's driver is. The mock backends generate a fake
+// driver root in the mock directory first, once, and the same generators as on a real node run
+// over it, so every test and the e2e exercise the code path of a real node. be is the backend
+// already open for enumeration; the first computation uses its NVML.
+func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind device.Kind) (*driverSource, error) {
+	s := &driverSource{kind: kind}
 	switch kind {
 	case device.KindGPU:
-		lib, ok := be.(interface{ Library() nvml.Interface })
-		if !ok {
-			return nil, fmt.Errorf("GPU backend %s does not expose its NVML library", o.Backend)
-		}
-		cfg := nvidiacdi.Config{NVML: lib.Library(), DriverRoot: o.NVIDIADriverRoot, HostDriverRoot: o.NVIDIAHostDriverRoot, HookPath: o.NVIDIACDIHookPath}
+		s.nvidia = nvidiacdi.Config{DriverRoot: o.NVIDIADriverRoot, HostDriverRoot: o.NVIDIAHostDriverRoot, HookPath: o.NVIDIACDIHookPath}
 		if o.Backend == backend.Mock {
-			version, ret := cfg.NVML.SystemGetDriverVersion()
+			lib, err := library(be)
+			if err != nil {
+				return nil, err
+			}
+			version, ret := lib.SystemGetDriverVersion()
 			if ret != nvml.SUCCESS {
 				return nil, fmt.Errorf("mock driver version: %v", ret)
 			}
-			cfg.DriverRoot, cfg.HostDriverRoot = filepath.Join(o.MockDir, "nvidia-driver-root"), ""
-			if err := nvmlmock.WriteDriverRoot(cfg.DriverRoot, version); err != nil {
+			s.nvidia.DriverRoot, s.nvidia.HostDriverRoot = filepath.Join(o.MockDir, "nvidia-driver-root"), ""
+			if err := nvmlmock.WriteDriverRoot(s.nvidia.DriverRoot, version); err != nil {
 				return nil, err
 			}
 		}
-		if cfg.DriverRoot == "" {
-			klog.FromContext(ctx).Info("No --nvidia-driver-root: GPU containers get device nodes only and must get the driver another way")
-			return nil, nil
+		s.root, s.hostRoot, s.first = s.nvidia.DriverRoot, s.nvidia.HostDriverRoot, be
+		opts := backend.Options{Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName, SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir}
+		s.openNVML = func(ctx context.Context) (nvml.Interface, func(), error) {
+			b, err := backend.New(ctx, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			lib, err := library(b)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ret := lib.Init(); ret != nvml.SUCCESS {
+				return nil, nil, fmt.Errorf("nvml Init: %w", ret)
+			}
+			return lib, func() { _ = lib.Shutdown() }, nil
 		}
-		return nvidiacdi.CommonEdits(ctx, cfg)
 	case device.KindNPU:
-		cfg := ascendcdi.Config{DriverRoot: o.AscendDriverRoot, HostDriverRoot: o.AscendHostDriverRoot, ExtraPaths: o.AscendDriverPaths}
+		s.ascend = ascendcdi.Config{DriverRoot: o.AscendDriverRoot, HostDriverRoot: o.AscendHostDriverRoot, ExtraPaths: o.AscendDriverPaths}
 		if o.Backend == backend.NPUMock {
 			profile := o.MockProfile
 			if profile == "" {
@@ -55,14 +97,169 @@ func commonEdits(ctx context.Context, o *Options, be device.Backend, kind device
 			if err != nil {
 				return nil, err
 			}
-			cfg.DriverRoot, cfg.HostDriverRoot = root, ""
+			s.ascend.DriverRoot, s.ascend.HostDriverRoot = root, ""
 		}
-		if cfg.DriverRoot == "" {
-			klog.FromContext(ctx).Info("No --ascend-driver-root: NPU containers get device nodes only and must get the driver another way")
-			return nil, nil
-		}
-		return ascendcdi.CommonEdits(ctx, cfg)
+		s.root, s.hostRoot = s.ascend.DriverRoot, s.ascend.HostDriverRoot
 	default:
 		return nil, fmt.Errorf("no CDI edits for device kind %q", kind)
 	}
+	if s.root == "" {
+		klog.FromContext(ctx).Info("No driver root: containers get device nodes only and must get the driver another way", "kind", kind)
+	}
+	return s, nil
+}
+
+func library(be device.Backend) (nvml.Interface, error) {
+	lib, ok := be.(interface{ Library() nvml.Interface })
+	if !ok {
+		return nil, fmt.Errorf("GPU backend %T does not expose its NVML library", be)
+	}
+	return lib.Library(), nil
+}
+
+// edits computes the node-common edits; nil without a driver root. The first call uses the
+// backend the plugin enumerated with (before it is closed), later ones a new one.
+func (s *driverSource) edits(ctx context.Context) (*specs.ContainerEdits, error) {
+	if s.root == "" {
+		return nil, nil
+	}
+	switch s.kind {
+	case device.KindGPU:
+		var lib nvml.Interface
+		if s.first != nil {
+			var err error
+			if lib, err = library(s.first); err != nil {
+				return nil, err
+			}
+			s.first = nil
+		} else {
+			var closeLib func()
+			var err error
+			if lib, closeLib, err = s.openNVML(ctx); err != nil {
+				return nil, fmt.Errorf("NVML for the driver's version: %w", err)
+			}
+			defer closeLib()
+		}
+		cfg := s.nvidia
+		cfg.NVML = lib
+		return nvidiacdi.CommonEdits(ctx, cfg)
+	default:
+		return ascendcdi.CommonEdits(ctx, s.ascend)
+	}
+}
+
+// fingerprint sums up the state of the driver's files that edits mounts, and of the directories
+// holding them: a driver upgrade replaces the versioned files (another inode, size or mtime, or
+// gone) and adds the new version's files to those directories (another mtime). It costs one
+// stat(2) per path, a few dozen, so it can be polled.
+func (s *driverSource) fingerprint(edits *specs.ContainerEdits) string {
+	if edits == nil {
+		return ""
+	}
+	paths := map[string]bool{}
+	for _, m := range edits.Mounts {
+		p := s.pluginPath(m.HostPath)
+		paths[p] = true
+		paths[filepath.Dir(p)] = true
+	}
+	h := sha256.New()
+	for _, p := range slices.Sorted(func(yield func(string) bool) {
+		for p := range paths {
+			if !yield(p) {
+				return
+			}
+		}
+	}) {
+		fmt.Fprintf(h, "%s\x00", p)
+		fi, err := os.Stat(p)
+		if err != nil {
+			fmt.Fprintf(h, "missing\n")
+			continue
+		}
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		fmt.Fprintf(h, "%d %d %d %v\n", ino, fi.Size(), fi.ModTime().UnixNano(), fi.Mode())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// pluginPath is where this process sees a path the edits give as the runtime sees it.
+func (s *driverSource) pluginPath(hostPath string) string {
+	if s.hostRoot == "" || s.hostRoot == s.root {
+		return hostPath
+	}
+	hostRoot := filepath.Clean(s.hostRoot)
+	if rest, ok := strings.CutPrefix(hostPath, hostRoot); ok && (rest == "" || strings.HasPrefix(rest, "/") || hostRoot == "/") {
+		return filepath.Join(s.root, rest)
+	}
+	return hostPath
+}
+
+// EditsSink is what the driver watcher updates: the plugin's driver (driver.Driver).
+type EditsSink interface {
+	SetCommonEdits(ctx context.Context, edits *specs.ContainerEdits) (rewritten int, err error)
+}
+
+// driverWatch notices a change of the driver and has the edits recomputed and put into every
+// prepared claim's spec.
+type driverWatch struct {
+	src     *driverSource
+	sink    EditsSink
+	current *specs.ContainerEdits
+	print   string
+}
+
+func newDriverWatch(src *driverSource, sink EditsSink, current *specs.ContainerEdits) *driverWatch {
+	return &driverWatch{src: src, sink: sink, current: current, print: src.fingerprint(current)}
+}
+
+// run polls every interval until ctx is done. Polling rather than inotify: the driver root is
+// often a mount that an upgrade replaces as a whole (the GPU operator's driver container),
+// which no watch on the old tree reports, and a few dozen stat calls every interval cost less
+// than watching every directory of the driver.
+func (w *driverWatch) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := w.check(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "The driver changed, but its CDI edits could not be computed; keeping the previous ones and trying again")
+			}
+		}
+	}
+}
+
+// check recomputes the edits if the driver's files changed, and hands them to the sink if they
+// differ. It reports whether the sink got new edits. On an error the fingerprint is kept, so
+// the next check tries again (an upgrade in progress may have left the driver half-installed,
+// or a spec could not be rewritten).
+func (w *driverWatch) check(ctx context.Context) (bool, error) {
+	if w.src.root == "" || w.src.fingerprint(w.current) == w.print {
+		return false, nil
+	}
+	edits, err := w.src.edits(ctx)
+	if err != nil {
+		return false, err
+	}
+	print := w.src.fingerprint(edits)
+	old, _ := json.Marshal(w.current)
+	cur, _ := json.Marshal(edits)
+	if string(old) == string(cur) {
+		w.print = print
+		return false, nil
+	}
+	n, err := w.sink.SetCommonEdits(ctx, edits)
+	if err != nil {
+		// Current and fingerprint stay as they were, so the next check hands the edits over
+		// again and the specs that failed are rewritten then.
+		return true, fmt.Errorf("putting the new driver's CDI edits into prepared claims' specs: %w", err)
+	}
+	w.current, w.print = edits, print
+	klog.FromContext(ctx).Info("The driver changed: CDI edits recomputed", "kind", w.src.kind, "mounts", len(edits.Mounts), "specsRewritten", n)
+	return true, nil
 }

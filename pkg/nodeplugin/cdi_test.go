@@ -2,6 +2,7 @@ package nodeplugin
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -30,7 +31,11 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := commonEdits(ctx, o, be, inv.Kind)
+			src, err := newDriverSource(ctx, o, be, inv.Kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := src.edits(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,18 +51,34 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			if !found {
 				t.Errorf("no mount of %s in %+v", want, e.Mounts)
 			}
+			// A recomputation (after a driver change) opens its own backend, the enumerating one
+			// being closed by then, and finds the same driver.
+			_ = be.Close()
+			again, err := src.edits(ctx)
+			if err != nil {
+				t.Fatalf("recomputing: %v", err)
+			}
+			a, _ := json.Marshal(e)
+			b, _ := json.Marshal(again)
+			if string(a) != string(b) {
+				t.Errorf("recomputed edits differ:\n%s\n%s", a, b)
+			}
 		})
 	}
 	t.Run("no driver root", func(t *testing.T) {
 		o := NewOptions()
 		o.Backend, o.NVIDIADriverRoot, o.AscendDriverRoot = backend.NPU, "", ""
-		if e, err := commonEdits(context.Background(), o, nil, "npu"); e != nil || err != nil {
+		src, err := newDriverSource(context.Background(), o, nil, "npu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, err := src.edits(context.Background()); e != nil || err != nil {
 			t.Errorf("got %v, %v; want no edits and no error", e, err)
 		}
 	})
 	t.Run("unknown kind", func(t *testing.T) {
 		o := NewOptions()
-		if _, err := commonEdits(context.Background(), o, nil, "tpu"); err == nil {
+		if _, err := newDriverSource(context.Background(), o, nil, "tpu"); err == nil {
 			t.Error("unknown kind accepted")
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -49,8 +50,11 @@ type Options struct {
 	AscendDriverRoot     string
 	AscendHostDriverRoot string
 	AscendDriverPaths    []string
-	Kube                 kubeclient.Options
-	Logging              *logsapi.LoggingConfiguration
+	// DriverCheckInterval is how often the driver's files are checked for a change (an
+	// upgrade), which recomputes the CDI edits and rewrites prepared claims' specs; 0 never.
+	DriverCheckInterval time.Duration
+	Kube                kubeclient.Options
+	Logging             *logsapi.LoggingConfiguration
 
 	// DeviceHealth turns device health on (docs/health.md): the kubelet's health stream and
 	// device taints.
@@ -78,11 +82,13 @@ func NewOptions() *Options {
 		NVIDIADriverRoot:  "/",
 		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
 		AscendDriverRoot:  "/",
-		DeviceHealth:      true,
-		DeviceMetadata:    true,
-		IgnoredXIDs:       defaultIgnoredXIDs(),
-		Kube:              kubeclient.DefaultOptions(),
-		Logging:           logsapi.NewLoggingConfiguration(),
+		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
+		DriverCheckInterval: 30 * time.Second,
+		DeviceHealth:        true,
+		DeviceMetadata:      true,
+		IgnoredXIDs:         defaultIgnoredXIDs(),
+		Kube:                kubeclient.DefaultOptions(),
+		Logging:             logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -114,6 +120,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.UintSliceVar(&o.IgnoredXIDs, "health-ignored-xids", o.IgnoredXIDs, "NVIDIA XIDs that are application errors and leave the GPU healthy (default NVIDIA's list).")
 	fs.StringToStringVar(&o.DeviceTaintEffects, "device-taint-effects", o.DeviceTaintEffects, fmt.Sprintf("Taint effect per health cause, cause=effect with effect NoSchedule, NoExecute or None; causes %v. Default: NoSchedule for every fault, no taint for unknown.", health.Causes))
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Mount a file with the attributes of a claim's devices (UUID, PCI bus ID, NUMA node...) into its containers, under /var/run/kubernetes.io/dra-device-attributes/ (see docs/health.md).")
+	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)

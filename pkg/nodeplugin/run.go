@@ -58,15 +58,19 @@ func Run(ctx context.Context, o *Options) error {
 		err = fmt.Errorf("enumerating devices: %w", err)
 	}
 	var common *specs.ContainerEdits
+	var src *driverSource
 	if err == nil {
-		// Before Close: the GPU edits ask NVML for the driver version.
-		if common, err = commonEdits(ctx, o, be, inv.Kind); err != nil {
+		if src, err = newDriverSource(ctx, o, be, inv.Kind); err == nil {
+			common, err = src.edits(ctx)
+		}
+		if err != nil {
 			err = fmt.Errorf("CDI edits of the driver: %w", err)
 		}
 	}
 	// Devices are enumerated once; without device health nothing queries the backend
 	// afterwards, so NVML is shut down (and a mock machine freed) now rather than held for the
-	// life of the process. The health source needs it until the end.
+	// life of the process (a driver change opens a backend of its own, for the new driver's
+	// version). The health source needs it until the end.
 	watcher, watchHealth := be.(health.Watcher)
 	watchHealth = watchHealth && o.DeviceHealth
 	closeBackend := func() {
@@ -91,6 +95,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	defer func() { _ = store.Close() }()
 
 	kube, _, err := o.Kube.Client("accel-dra-kubelet-plugin/" + o.NodeName)
 	if err != nil {
@@ -107,6 +112,11 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	// Deferred before the helper's Stop, so it runs after it: the instance's registration goes
+	// only once no gRPC call can reach it any more, and then at once, so that the other
+	// instance of a rolling update may roll back what this one left half-done without waiting
+	// for the process to exit.
+	defer drv.Close()
 	if _, err := drv.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
@@ -171,6 +181,15 @@ func Run(ctx context.Context, o *Options) error {
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		}()
+	}
+	if o.DriverCheckInterval > 0 && src.root != "" {
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			newDriverWatch(src, drv, common).run(ctx, o.DriverCheckInterval)
+		}()
+		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
+		defer func() { <-watched }()
 	}
 	logger.Info("Plugin running", "backend", o.Backend, "devices", len(inv.Devices))
 	<-ctx.Done()
