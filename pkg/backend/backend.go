@@ -57,6 +57,7 @@ type Options struct {
 	SysRoot, DevRoot string
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
+	// The mock keeps its MIG instances there (nvmlmock.StateFileName) if it is set.
 	MockDir string
 	// AscendDriverRoot is where the npu backend finds the Ascend driver's version.info, under
 	// npu.DefaultDriverVersionFile; empty means "/".
@@ -111,7 +112,12 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 		}
 		return b, nil
 	case Mock:
-		return nvmlmock.New(o.MockProfile, o.NodeName)
+		var opts []nvmlmock.Option
+		if o.MockDir != "" {
+			// MIG instances outlive the plugin on a real GPU; on the mock they live here.
+			opts = append(opts, nvmlmock.WithStateDir(o.MockDir))
+		}
+		return nvmlmock.New(o.MockProfile, o.NodeName, opts...)
 	case NPU:
 		b, err := npu.New(npu.Config{SysRoot: o.SysRoot, DevRoot: o.DevRoot, NodeName: o.NodeName, DriverVersionFile: filepath.Join(cmp.Or(o.AscendDriverRoot, "/"), npu.DefaultDriverVersionFile)})
 		if err != nil {
