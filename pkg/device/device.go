@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Kind is the family of a device. It becomes the `type` attribute in a ResourceSlice and selects
@@ -170,6 +171,15 @@ func (inv *Inventory) Lookup() map[string]*Device {
 		m[inv.Devices[i].Name] = &inv.Devices[i]
 	}
 	return m
+}
+
+// MIGName is the name of the MIG device of profile at placement start on GPU parent:
+// "gpu-0-mig-1g5gb-3", "gpu-0-mig-1g5gb-me-3". The profile name loses its dots and turns
+// "+" into "-", so that the name is a DNS label; it is stable because profile and placement
+// are what the device is, in static and dynamic MIG alike.
+func MIGName(parent, profile string, start int) string {
+	p := strings.NewReplacer(".", "", "+", "-").Replace(profile)
+	return fmt.Sprintf("%s-mig-%s-%d", parent, p, start)
 }
 
 // MIGPlacement is where a GPU instance sits in its GPU's memory slices, as NVML reports it:

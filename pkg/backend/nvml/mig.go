@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
@@ -50,15 +49,6 @@ func ProfileName(index int, info nvml.GpuInstanceProfileInfo, gpuMemoryBytes int
 		name += "+gfx"
 	}
 	return name
-}
-
-// MIGDeviceName is the name of the MIG device of profile at placement start on GPU parent:
-// "gpu-0-mig-1g5gb-3", "gpu-0-mig-1g5gb-me-3". The profile name loses its dots and turns
-// "+"/"-" into "-", so that the name is a DNS label; it is stable because profile and
-// placement are what the device is.
-func MIGDeviceName(parent, profile string, start int) string {
-	p := strings.NewReplacer(".", "", "+", "-").Replace(profile)
-	return fmt.Sprintf("%s-mig-%s-%d", parent, p, start)
 }
 
 // enumerateMIG reads the MIG state of the GPU at index i, enumerated as d. A GPU that does not
@@ -322,7 +312,7 @@ func (b *Backend) staticMIGDevices(p *device.MIGParent) ([]device.Device, error)
 		inst := in
 		inst.CapNodes = caps
 		d := p.GPU
-		d.Name = MIGDeviceName(p.GPU.Name, in.Profile, in.Placement.Start)
+		d.Name = device.MIGName(p.GPU.Name, in.Profile, in.Placement.Start)
 		if byGI[in.GI] > 1 || in.CISliceCount != prof.SliceCount {
 			// A GPU instance split into compute instances has a device per compute instance.
 			d.Name += fmt.Sprintf("-ci%d", in.CI)
