@@ -53,6 +53,9 @@ type Options struct {
 	Kube kubernetes.Interface
 	// Events receives warnings about devices left out of the slices; may be nil.
 	Events EventSink
+	// MIG creates and destroys MIG instances for dynamic-MIG devices (mig.go); nil when
+	// dynamic MIG is off, and then the inventory has no dynamic-MIG devices.
+	MIG device.Partitioner
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -245,6 +248,10 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if existing != nil {
 		return toKubelet(existing), nil
 	}
+	if err := d.prepareMIG(ctx, rec); err != nil {
+		d.rollback(ctx, rec)
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	}
 	if err := d.commit(ctx, rec); err != nil {
 		d.rollback(ctx, rec)
 		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
@@ -285,6 +292,9 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 			Nodes:        stdslices.Clone(dev.Nodes),
 			AdminAccess:  r.AdminAccess != nil && *r.AdminAccess,
 		})
+		if dev.MIG != nil && dev.MIG.Dynamic {
+			rec.Devices[len(rec.Devices)-1].MIG = migIntent(dev)
+		}
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 	}
@@ -371,13 +381,16 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		}
 		// Half-done by an instance that died or by an earlier attempt of this one: start over.
 		// The CDI spec, if any, is rewritten below.
+		if err := d.releaseMIG(ctx, &cur); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", ref, err)
+		}
 	}
 
 	for _, pd := range rec.Devices {
 		if pd.AdminAccess {
 			continue
 		}
-		other, held := d.owner[pd.UUID]
+		other, held := d.owner[d.ownerKey(&pd)]
 		if !held || other == types.UID(rec.UID) {
 			continue
 		}
@@ -444,6 +457,8 @@ func (d *Driver) verifyIdentity(ctx context.Context, l *checkpoint.Locked, c *ch
 		switch {
 		case !ok:
 			err = fmt.Errorf("claim %s/%s (%s): device %s (UUID %s) was prepared but is no longer on node %s", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, d.opts.NodeName)
+		case pd.MIG != nil:
+			err = d.verifyMIG(ctx, c, pd)
 		case pd.UUID == "":
 			pd.UUID, pd.Nodes, migrated = dev.UUID, stdslices.Clone(dev.Nodes), true
 		case pd.UUID != dev.UUID || !stdslices.Equal(pd.Nodes, dev.Nodes):
@@ -538,6 +553,10 @@ func (d *Driver) reportCorrupt(ctx context.Context, bad []checkpoint.Corrupt) {
 // ownerKey is what ownership is keyed by: the device's UUID, so that a claim keeps its physical
 // device even if that device's name moved; the name for a record without UUID.
 func (d *Driver) ownerKey(pd *checkpoint.PreparedDevice) string {
+	if pd.MIG != nil {
+		// A dynamic-MIG device has no UUID until prepared, and a new one each time.
+		return "mig:" + pd.MIG.ParentUUID + "/" + pd.Device
+	}
 	if pd.UUID != "" {
 		return pd.UUID
 	}
@@ -645,7 +664,7 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 			index[pd.Request] = i
 			requests = append(requests, cdi.Request{Name: pd.Request})
 		}
-		requests[i].Devices = append(requests[i].Devices, *dev)
+		requests[i].Devices = append(requests[i].Devices, specDevice(dev, &pd))
 	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: d.opts.CommonEdits,
@@ -690,6 +709,9 @@ func (d *Driver) forget(l *checkpoint.Locked, c *checkpoint.Claim) error {
 	if err := d.opts.CDI.Remove(c.UID); err != nil {
 		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
 	}
+	if err := d.releaseMIG(context.TODO(), c); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
 	if err := l.Delete(c.UID); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("claim %s/%s: deleting checkpoint record: %w", c.Namespace, c.Name, err)
@@ -731,6 +753,15 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 		return err
 	}
 	defer l.Unlock()
+	// MIG instances go before the record: a crash in between leaves a record whose instances
+	// are gone, which the next unprepare completes; the other order could leak them.
+	if cur, found, err := d.get(ctx, l, string(c.UID)); err != nil {
+		return err
+	} else if found {
+		if err := d.releaseMIG(ctx, &cur); err != nil {
+			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
+		}
+	}
 	if err := l.Delete(string(c.UID)); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("claim %s: checkpoint: %w", c.NamespacedName, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/bootid"
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 )
@@ -61,10 +62,22 @@ func Run(ctx context.Context, o *Options) error {
 			err = fmt.Errorf("CDI edits of the driver: %w", err)
 		}
 	}
-	// Devices are enumerated once; nothing queries the backend afterwards, so NVML is shut down
-	// (and a mock machine freed) now rather than held for the life of the process.
-	if cerr := be.Close(); cerr != nil {
-		klog.FromContext(ctx).Error(cerr, "Closing device backend")
+	// Dynamic MIG keeps the backend to create and destroy MIG instances.
+	var partitioner device.Partitioner
+	if err == nil && o.DynamicMIG {
+		if inv, partitioner, err = dynamicMIG(be, inv); err != nil {
+			err = fmt.Errorf("dynamic MIG: %w", err)
+		}
+	}
+	// Devices are enumerated once; unless dynamic MIG needs it, nothing queries the backend
+	// afterwards, so NVML is shut down (and a mock machine freed) now rather than held for the
+	// life of the process.
+	if partitioner == nil {
+		if cerr := be.Close(); cerr != nil {
+			klog.FromContext(ctx).Error(cerr, "Closing device backend")
+		}
+	} else {
+		defer be.Close()
 	}
 	if err != nil {
 		return err
@@ -90,6 +103,7 @@ func Run(ctx context.Context, o *Options) error {
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
+		MIG: partitioner,
 	})
 	if err != nil {
 		return err
