@@ -358,7 +358,20 @@ func checkPluginDaemonSet(t *testing.T, r *Rendered, ds *appsv1.DaemonSet, drive
 		t.Fatalf("no DeviceClass %s", driver)
 	}
 	class := toTyped[resourceapi.DeviceClass](t, dc)
-	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil || class.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`"` {
+	want := `device.driver == "` + driver + `"`
+	if driver == "gpu.accel-dra.io" {
+		// Whole GPUs in the driver's class, MIG devices in their own (docs/mig.md).
+		want += ` && device.attributes["` + driver + `"].type == "gpu"`
+		mig := r.Find("DeviceClass", "mig.gpu.accel-dra.io")
+		if mig == nil {
+			t.Fatal("no DeviceClass mig.gpu.accel-dra.io")
+		}
+		mc := toTyped[resourceapi.DeviceClass](t, mig)
+		if len(mc.Spec.Selectors) != 1 || mc.Spec.Selectors[0].CEL == nil || mc.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`" && device.attributes["`+driver+`"].type == "mig"` {
+			t.Errorf("DeviceClass mig.gpu.accel-dra.io selectors %+v", mc.Spec.Selectors)
+		}
+	}
+	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil || class.Spec.Selectors[0].CEL.Expression != want {
 		t.Errorf("DeviceClass %s selectors %+v", driver, class.Spec.Selectors)
 	}
 }
