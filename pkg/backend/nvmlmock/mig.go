@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"syscall"
 	"testing/fstest"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -30,6 +31,12 @@ const nvidiaCapsMajor = 509
 
 // StateFileName is the file in the state directory holding the mock's MIG instances.
 const StateFileName = "nvml-mig-state.json"
+
+// CrashFileName, if it exists in the state directory, makes the mock kill its own process
+// (SIGKILL) right after it created a compute instance, once (the file is removed first): the
+// e2e tests' way to crash the real plugin binary between creating a MIG instance and recording
+// it, which no signal sent from outside can hit reliably.
+const CrashFileName = "crash-after-create-ci"
 
 // migInstance is an instance a profile creates before the plugin starts (as mig-parted would).
 type migInstance struct {
@@ -260,6 +267,17 @@ func (s *Server) createCI(mg *migGPU, i int, gi *migGI, c nvml.ComputeInstancePr
 	return 0, nvml.SUCCESS
 }
 
+func (s *Server) crashIfAsked() {
+	if s.stateFile == "" {
+		return
+	}
+	f := filepath.Join(filepath.Dir(s.stateFile), CrashFileName)
+	if os.Remove(f) == nil {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not delivered synchronously; never return into the caller.
+	}
+}
+
 // setMIGFuncs gives the device at index i the NVML MIG calls of its model.
 func (s *Server) setMIGFuncs(d *mock.Device, i int) {
 	g := s.profile.gpus[i]
@@ -463,6 +481,7 @@ func (s *Server) gpuInstance(parent *mock.Device, i, id int) *mock.GpuInstance {
 		if ret != nvml.SUCCESS {
 			return nil, ret
 		}
+		s.crashIfAsked()
 		return s.computeInstance(parent, gih, i, id, ciID), nvml.SUCCESS
 	}
 	gih.GetComputeInstancesFunc = func(c *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
