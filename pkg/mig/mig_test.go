@@ -281,3 +281,39 @@ func TestMemorySlicesAreWhatKeepsPartitionsApart(t *testing.T) {
 		t.Fatal("without memory slices the overlapping pair should fit the other counters; the test would not notice a missing slice counter")
 	}
 }
+
+// BenchmarkSliceBytes reports what dynamic MIG costs in ResourceSlice bytes (compact JSON, as
+// the API server stores them) per GPU in MIG mode, for the DGX A100 and DGX H100 mocks.
+func BenchmarkSliceBytes(b *testing.B) {
+	for _, profile := range []string{"a100-8x-mig", "h100-8x-mig"} {
+		b.Run(profile, func(b *testing.B) {
+			s, err := nvmlmock.NewServer(profile, "node-a")
+			if err != nil {
+				b.Fatal(err)
+			}
+			inv, err := s.Backend().Enumerate(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			var size int
+			for i := 0; i < b.N; i++ {
+				dyn, err := Dynamic(inv)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = 0
+				node := "node-a"
+				for _, sl := range kslices.Build(dyn, "node-a").Resources.Pools["node-a"].Slices {
+					obj := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.accel-dra.io", NodeName: &node,
+						Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1}, Devices: sl.Devices, SharedCounters: sl.SharedCounters}}
+					data, err := json.Marshal(obj)
+					if err != nil {
+						b.Fatal(err)
+					}
+					size += len(data)
+				}
+			}
+			b.ReportMetric(float64(size)/float64(len(inv.MIGParents)), "slice-bytes/gpu")
+		})
+	}
+}
