@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,10 @@ import (
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/fakecri"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/accelctl"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/template"
 )
 
 const (
@@ -349,4 +353,143 @@ func TestMIG(t *testing.T) {
 			t.Errorf("instances %v after the pod was deleted", mockInstances(t, mockDir))
 		}
 	})
+
+	// The publisher's template of the dynamic-MIG node (template.Build and Encode on the node's
+	// ResourceSlices, as the publisher runs them) gives accelctl simulate the verdicts the real
+	// scheduler gives on the real node, for MIG claims whose fit depends on the counters.
+	t.Run("TemplateAgreesWithRealNode", func(t *testing.T) {
+		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + dynNode.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl, err := template.Build(list.Items, template.BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ann, err := tmpl.Encode(template.DefaultBudget)
+		if err != nil {
+			t.Fatalf("template of a dynamic-MIG node: %v", err)
+		}
+		size := 0
+		for k, v := range ann {
+			size += len(k) + len(v)
+		}
+		t.Logf("template annotations of the dynamic-MIG node: %d bytes", size)
+		node, err := e.client.CoreV1().Nodes().Get(ctx, dynNode.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(ann, nodegroup.Capacity([]*corev1.Node{node}))
+		fitting := 0
+		for _, s := range migShapes {
+			real := e.realFits(t, dynNode.Name, s)
+			claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name}, Spec: s.claimSpec()}
+			rep, err := accelctl.Simulate(ctx, accelctl.SimulateInput{Group: "mig", Annotations: ann, Classes: classes(), Claims: []*resourceapi.ResourceClaim{claim}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Template.Fits != real {
+				t.Errorf("%s: simulate on the template says fits=%v (%s), the real node says %v", s.name, rep.Template.Fits, rep.Template.Reason, real)
+			}
+			if real {
+				fitting++
+			}
+			t.Logf("%-22s real node: %-5v template: %v", s.name, real, rep.Template.Fits)
+		}
+		if fitting == 0 || fitting == len(migShapes) {
+			t.Errorf("%d of %d shapes fit; the shapes should include both", fitting, len(migShapes))
+		}
+	})
+}
+
+// shape is a MIG claim: requests of profiles, optionally all on one GPU.
+type shape struct {
+	name     string
+	requests []shapeRequest
+	sameGPU  bool
+}
+
+type shapeRequest struct {
+	profile string
+	count   int64
+}
+
+func (s shape) claimSpec() resourceapi.ResourceClaimSpec {
+	var spec resourceapi.DeviceClaim
+	var names []string
+	for i, r := range s.requests {
+		name := fmt.Sprintf("r%d", i)
+		names = append(names, name)
+		spec.Requests = append(spec.Requests, resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: migClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: r.count,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.attributes[%q].profile == %q", driver, r.profile)}}},
+		}})
+	}
+	if s.sameGPU {
+		spec.Constraints = []resourceapi.DeviceConstraint{{Requests: names, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(driver + "/parentUUID"))}}
+	}
+	return resourceapi.ResourceClaimSpec{Devices: spec}
+}
+
+// migShapes are claims whose fit on the mixed node depends on the MIG model: placements,
+// memory slices, the one OFA engine, per-GPU constraints. The node has two A100s and one H100
+// in MIG mode.
+var migShapes = []shape{
+	{name: "one-1g5gb", requests: []shapeRequest{{"1g.5gb", 1}}},
+	{name: "seven-1g5gb-one-gpu", requests: []shapeRequest{{"1g.5gb", 7}}, sameGPU: true},
+	{name: "eight-1g5gb-one-gpu", requests: []shapeRequest{{"1g.5gb", 8}}, sameGPU: true},
+	{name: "eight-1g5gb-two-gpus", requests: []shapeRequest{{"1g.5gb", 8}}},
+	{name: "two-3g20gb-one-gpu", requests: []shapeRequest{{"3g.20gb", 2}}, sameGPU: true},
+	{name: "two-4g20gb-one-gpu", requests: []shapeRequest{{"4g.20gb", 2}}, sameGPU: true},
+	{name: "4g-and-3g-one-gpu", requests: []shapeRequest{{"4g.20gb", 1}, {"3g.20gb", 1}}, sameGPU: true},
+	{name: "7g-and-1g-one-gpu", requests: []shapeRequest{{"7g.40gb", 1}, {"1g.5gb", 1}}, sameGPU: true},
+	{name: "two-me-one-gpu", requests: []shapeRequest{{"1g.5gb+me", 2}}, sameGPU: true},
+	{name: "me-and-7g-one-gpu", requests: []shapeRequest{{"1g.5gb+me", 1}, {"7g.40gb", 1}}, sameGPU: true},
+	{name: "four-1g20gb-h100", requests: []shapeRequest{{"1g.20gb", 4}}, sameGPU: true},
+	{name: "five-1g20gb-h100", requests: []shapeRequest{{"1g.20gb", 5}}, sameGPU: true},
+	{name: "three-7g-a100", requests: []shapeRequest{{"7g.40gb", 3}}},
+}
+
+// realFits runs a pod with the shape's claim on node and reports whether the real scheduler
+// (and kubelet, and plugin) got it running, or found it unschedulable; the pod is deleted after.
+func (e *env) realFits(t *testing.T, node string, s shape) bool {
+	t.Helper()
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: s.claimSpec()}}
+	if _, err := e.client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "acc", ResourceClaimTemplateName: &tmpl.Name}},
+			Containers: []corev1.Container{{Name: "ctr", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "acc"}}}}},
+		},
+	}
+	if _, err := e.client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var fits bool
+	if err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, podWait, true, func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(ns).Get(ctx, s.name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			fits = true
+			return true, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("pod %s neither ran nor was found unschedulable: %v\n%s", s.name, err, framework.DescribePod(e.ctx, e.client, ns, s.name))
+	}
+	e.deletePod(t, s.name)
+	return fits
 }
