@@ -260,7 +260,9 @@ func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, 
 			continue
 		}
 		for i := range c.Devices {
-			if c.Devices[i].MIG != nil && recordedAs(&c.Devices[i], in) {
+			pd := &c.Devices[i]
+			// A static MIG device prepared before dynamic MIG was turned on is held by its UUID.
+			if pd.MIG != nil && recordedAs(pd, in) || pd.MIG == nil && in.UUID != "" && pd.UUID == in.UUID {
 				return uid, true
 			}
 		}

@@ -17,9 +17,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 	"github.com/accel-dra/accel-dra/pkg/mig"
 )
@@ -29,6 +31,8 @@ import (
 type migEnv struct {
 	*env
 	server *nvmlmock.Server
+	// static runs the plugin without dynamic MIG.
+	static bool
 }
 
 func newMIGEnv(t *testing.T) *migEnv {
@@ -52,8 +56,13 @@ func (e *migEnv) restart() *ReconcileReport {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if e.inv, err = mig.Dynamic(inv); err != nil {
-		e.t.Fatal(err)
+	e.inv = inv
+	var part *nvmlbackend.Backend
+	if !e.static {
+		if e.inv, err = mig.Dynamic(inv); err != nil {
+			e.t.Fatal(err)
+		}
+		part = be
 	}
 	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
 	if err != nil {
@@ -67,7 +76,7 @@ func (e *migEnv) restart() *ReconcileReport {
 	e.metrics = metrics.NewPlugin(driverName)
 	e.drv, err = New(e.ctx, Options{
 		DriverName: driverName, NodeName: nodeName, Inventory: e.inv,
-		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Events: e.events, MIG: be,
+		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Events: e.events, MIG: partitioner(part),
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -77,6 +86,14 @@ func (e *migEnv) restart() *ReconcileReport {
 		e.t.Fatal(err)
 	}
 	return rep
+}
+
+// partitioner keeps a nil backend a nil interface.
+func partitioner(b *nvmlbackend.Backend) device.Partitioner {
+	if b == nil {
+		return nil
+	}
+	return b
 }
 
 func (e *migEnv) instances() []string {
@@ -279,6 +296,37 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	}
 	if now := e.record("c"); now.Devices[0].UUID == old.Devices[0].UUID {
 		t.Errorf("the retry kept the abandoned MIG device %s instead of making its own", now.Devices[0].UUID)
+	}
+}
+
+// Static MIG devices are prepared as they are; turning dynamic MIG on with one of them prepared
+// destroys the operator's other MIG instances but never the one a claim holds, and refuses the
+// claim's device (it is no longer published as it was) rather than losing it.
+func TestStaticMIGThenDynamic(t *testing.T) {
+	e := &migEnv{env: &env{t: t, dir: t.TempDir(), boot: bootA}, static: true}
+	e.env.ctx = t.Context()
+	e.restart()
+	if r := e.prepare(claim("s", []result{{Device: "gpu-0-mig-3g20gb-4"}})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	rec := e.record("s")
+	if pd := rec.Devices[0]; pd.MIG != nil || !strings.HasPrefix(pd.UUID, "MIG-") || len(pd.Nodes) != 3 {
+		t.Fatalf("static MIG record %+v", pd)
+	}
+	if r := e.prepare(claim("w", []result{{Device: "gpu-1"}})); r.Err == nil {
+		t.Error("a GPU in MIG mode was prepared as a whole GPU in static mode")
+	}
+	if got := e.instances(); len(got) != 4 {
+		t.Fatalf("static mode changed MIG instances: %v", got)
+	}
+	e.static = false
+	rep := e.restart()
+	got := e.instances()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "gpu0/") || !strings.Contains(got[0], "@4") {
+		t.Errorf("after switching to dynamic, instances %v, want only the claim's 3g.20gb@4 (report %+v)", got, rep)
+	}
+	if len(rep.MIGDestroyed) != 3 {
+		t.Errorf("destroyed %v, want the three no claim holds", rep.MIGDestroyed)
 	}
 }
 
