@@ -729,3 +729,25 @@ func TestPublisherWriteScopePolicy(t *testing.T) {
 		})
 	}
 }
+
+// drivers.gpu.dynamicMIG turns on --dynamic-mig, which the plugin's own flag set parses; off by
+// default.
+func TestDynamicMIGValue(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		vals := map[string]any{"drivers": map[string]any{"gpu": map[string]any{"dynamicMIG": on}}}
+		args, err := PluginArgs(vals, "gpu.accel-dra.io", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := nodeplugin.NewOptions()
+		if err := o.NewFlagSet().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if o.DynamicMIG != on {
+			t.Errorf("dynamicMIG=%v: options say %v (args %q)", on, o.DynamicMIG, args)
+		}
+	}
+	if _, err := Render(Options{Values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"dynamicMIG": "yes"}}}}); err == nil {
+		t.Error("dynamicMIG: \"yes\" rendered, want a schema error")
+	}
+}
