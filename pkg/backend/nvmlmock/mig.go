@@ -282,6 +282,11 @@ func (s *Server) crashIfAsked() {
 func (s *Server) setMIGFuncs(d *mock.Device, i int) {
 	g := s.profile.gpus[i]
 	t := g.model.migTable
+	// Changing MIG mode needs a GPU reset and is the operator's decision; the plugin must never
+	// do it, and on the mock it cannot do it unnoticed.
+	d.SetMigModeFunc = func(int) (nvml.Return, nvml.Return) {
+		panic("nvmlmock: SetMigMode called; the plugin must never change a GPU's MIG mode")
+	}
 	if !g.model.mig || t == nil {
 		return
 	}
