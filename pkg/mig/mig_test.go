@@ -317,3 +317,40 @@ func BenchmarkSliceBytes(b *testing.B) {
 		})
 	}
 }
+
+// In dynamic mode what is published does not depend on which MIG instances exist: a plugin
+// restarted while claims hold partitions publishes byte-identical slices.
+func TestSlicesIndependentOfInstances(t *testing.T) {
+	s, inv := enumerate(t, "mig-mixed")
+	render := func(inv *device.Inventory) []byte {
+		dyn, err := Dynamic(inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(kslices.Build(dyn, "node-a").Resources)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	before := render(inv)
+	be := s.Backend()
+	gpu1 := inv.MIGParents[1]
+	gi, err := be.CreateGI(context.Background(), gpu1.GPU.UUID, gpu1.Profiles[0].ID, gpu1.Profiles[0].Placements[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := be.CreateCI(context.Background(), gpu1.GPU.UUID, gi); err != nil {
+		t.Fatal(err)
+	}
+	again, err := be.Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Devices) == len(inv.Devices) {
+		t.Fatal("the new MIG device is not in the static inventory; the test would prove nothing")
+	}
+	if !bytes.Equal(before, render(again)) {
+		t.Error("dynamic-MIG slices changed when a MIG instance was created")
+	}
+}
