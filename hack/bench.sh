@@ -19,6 +19,9 @@ if [ "${BENCH_PUBLISHER:-1}" != 0 ] && [ -d e2e/publisher ] && grep -rq 'func Be
   echo "== template publisher against a real apiserver (count=${PUBLISHER_BENCH_COUNT:-1})"
   go test -tags e2e -run '^$' -bench Publisher -benchtime 1x -count "${PUBLISHER_BENCH_COUNT:-1}" -timeout 60m ./e2e/publisher/ | tee -a "$out"
 fi
+echo "== MIG (docs/mig.md): dynamic-MIG prepare p50 on the mock, ResourceSlice bytes per GPU in MIG mode"
+go test -run '^$' -bench PrepareDynamicMIG -benchtime 300x -count "$count" ./pkg/driver/ | tee -a "$out"
+go test -run '^$' -bench SliceBytes -benchtime 1x -count 1 ./pkg/mig/ | tee -a "$out"
 
 echo
 echo "== medians over $count runs"

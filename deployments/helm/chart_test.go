@@ -358,7 +358,20 @@ func checkPluginDaemonSet(t *testing.T, r *Rendered, ds *appsv1.DaemonSet, drive
 		t.Fatalf("no DeviceClass %s", driver)
 	}
 	class := toTyped[resourceapi.DeviceClass](t, dc)
-	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil || class.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`"` {
+	want := `device.driver == "` + driver + `"`
+	if driver == "gpu.accel-dra.io" {
+		// Whole GPUs in the driver's class, MIG devices in their own (docs/mig.md).
+		want += ` && device.attributes["` + driver + `"].type == "gpu"`
+		mig := r.Find("DeviceClass", "mig.gpu.accel-dra.io")
+		if mig == nil {
+			t.Fatal("no DeviceClass mig.gpu.accel-dra.io")
+		}
+		mc := toTyped[resourceapi.DeviceClass](t, mig)
+		if len(mc.Spec.Selectors) != 1 || mc.Spec.Selectors[0].CEL == nil || mc.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`" && device.attributes["`+driver+`"].type == "mig"` {
+			t.Errorf("DeviceClass mig.gpu.accel-dra.io selectors %+v", mc.Spec.Selectors)
+		}
+	}
+	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil || class.Spec.Selectors[0].CEL.Expression != want {
 		t.Errorf("DeviceClass %s selectors %+v", driver, class.Spec.Selectors)
 	}
 }
@@ -714,5 +727,27 @@ func TestPublisherWriteScopePolicy(t *testing.T) {
 				t.Error("write-scope policy rendered with writeScopeAdmission.enabled=false")
 			}
 		})
+	}
+}
+
+// drivers.gpu.dynamicMIG turns on --dynamic-mig, which the plugin's own flag set parses; off by
+// default.
+func TestDynamicMIGValue(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		vals := map[string]any{"drivers": map[string]any{"gpu": map[string]any{"dynamicMIG": on}}}
+		args, err := PluginArgs(vals, "gpu.accel-dra.io", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := nodeplugin.NewOptions()
+		if err := o.NewFlagSet().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if o.DynamicMIG != on {
+			t.Errorf("dynamicMIG=%v: options say %v (args %q)", on, o.DynamicMIG, args)
+		}
+	}
+	if _, err := Render(Options{Values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"dynamicMIG": "yes"}}}}); err == nil {
+		t.Error("dynamicMIG: \"yes\" rendered, want a schema error")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/pkg/apivalidation"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/mig"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
 
@@ -120,6 +121,34 @@ func published(t *testing.T, profile string) resourceapi.ResourceSliceSpec {
 	}
 	res := slices.Build(inv, "node-a")
 	return spec(withDevices(res.Resources.Pools["node-a"].Slices[0].Devices...))
+}
+
+// publishedMIG are the slices the node plugin publishes for a mock machine in dynamic-MIG mode:
+// devices that consume counters and the counter sets in slices of their own.
+func publishedMIG(t *testing.T, profile string) []resourceapi.ResourceSliceSpec {
+	t.Helper()
+	b, err := nvmlmock.New(profile, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	inv, err := b.Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := mig.Dynamic(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := slices.Build(dyn, "node-a").Resources.Pools["node-a"]
+	var out []resourceapi.ResourceSliceSpec
+	for _, sl := range pool.Slices {
+		out = append(out, spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices, s.SharedCounters = sl.Devices, sl.SharedCounters
+			s.Pool.ResourceSliceCount = int64(len(pool.Slices))
+		}))
+	}
+	return out
 }
 
 func TestAgainstAPIServer(t *testing.T) {
@@ -251,6 +280,13 @@ func TestAgainstAPIServer(t *testing.T) {
 			s.Devices[0].Capacity["memory"] = c
 		}),
 	}
+
+	for _, profile := range []string{"mig-mixed", "h100-8x-mig"} {
+		for i, sp := range publishedMIG(t, profile) {
+			cases[fmt.Sprintf("published dynamic-MIG slice %d of %s", i, profile)] = sp
+		}
+	}
+	cases["published static-MIG slice"] = published(t, "mig-mixed")
 
 	n := 0
 	for name, sp := range cases {

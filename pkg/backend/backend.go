@@ -60,6 +60,7 @@ type Options struct {
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
 	// Both mocks read injected faults from its health.FaultDir (docs/health.md); the mock
 	// injects none without it.
+	// The mock keeps its MIG instances there (nvmlmock.StateFileName) if it is set.
 	MockDir string
 	// AscendDriverRoot is where the npu backend finds the Ascend driver's version.info, under
 	// npu.DefaultDriverVersionFile; empty means "/".
@@ -117,6 +118,8 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 		var opts []nvmlmock.Option
 		if o.MockDir != "" {
 			opts = append(opts, nvmlmock.WithFaultDir(filepath.Join(o.MockDir, health.FaultDir)))
+			// MIG instances outlive the plugin on a real GPU; on the mock they live here.
+			opts = append(opts, nvmlmock.WithStateDir(o.MockDir))
 		}
 		return nvmlmock.New(o.MockProfile, o.NodeName, opts...)
 	case NPU:

@@ -68,6 +68,25 @@ type PreparedDevice struct {
 	Nodes []device.Node `json:"nodes,omitempty"`
 	// AdminAccess devices are shared with whoever else holds them and hold nothing themselves.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// MIG is set for a dynamic-MIG device: the MIG instance prepare creates for it, recorded
+	// before it is created (intent) and again as each part of it comes into being, so that a
+	// restart after a crash knows what it may have to destroy.
+	MIG *MIGRecord `json:"mig,omitempty"`
+}
+
+// MIGRecord is a MIG instance a claim's preparation creates. Profile and placement are the
+// intent, written before anything is created; GI is written right after the GPU instance is
+// created, CI (with the device's UUID and nodes in PreparedDevice) right after the compute
+// instance is.
+type MIGRecord struct {
+	ParentUUID string `json:"parentUUID"`
+	Profile    string `json:"profile"`
+	// ProfileID is NVML's GPU-instance profile index.
+	ProfileID int  `json:"profileID"`
+	Start     int  `json:"start"`
+	Size      int  `json:"size"`
+	GI        *int `json:"gi,omitempty"`
+	CI        *int `json:"ci,omitempty"`
 }
 
 // record is the file format. Claim stays raw while decoding so that the checksum can be checked
@@ -112,7 +131,7 @@ func (c *Claim) hasV2Fields() bool {
 		return true
 	}
 	for _, d := range c.Devices {
-		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess {
+		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess || d.MIG != nil {
 			return true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Kind is the family of a device. It becomes the `type` attribute in a ResourceSlice and selects
@@ -61,8 +62,26 @@ type Device struct {
 	// NUMANode is nil when sysfs reports no affinity (-1).
 	NUMANode    *int64 `json:"numaNode,omitempty"`
 	MemoryBytes int64  `json:"memoryBytes"`
-	// Nodes are the per-device special files (/dev/nvidia3, /dev/davinci3).
+	// Nodes are the per-device special files (/dev/nvidia3, /dev/davinci3); for a MIG device
+	// the parent GPU's nodes and then its GPU- and compute-instance /dev/nvidia-caps nodes.
 	Nodes []Node `json:"nodes"`
+	// MIG is set on MIG devices (static and dynamic); nil for whole GPUs and NPUs.
+	MIG *MIG `json:"mig,omitempty"`
+	// Consumes are the shared counters the device uses up when allocated (dynamic MIG).
+	Consumes []CounterConsumption `json:"consumes,omitempty"`
+}
+
+// CounterSet is a set of shared counters of the node's pool (one per GPU in dynamic MIG mode).
+type CounterSet struct {
+	Name string `json:"name"`
+	// Counters by name; values are plain integers (bytes for memory).
+	Counters map[string]int64 `json:"counters"`
+}
+
+// CounterConsumption is what a device uses of one counter set.
+type CounterConsumption struct {
+	CounterSet string           `json:"counterSet"`
+	Counters   map[string]int64 `json:"counters"`
 }
 
 // Failed is a device a backend found but could not enumerate: one of its queries failed. It is
@@ -106,6 +125,11 @@ type Inventory struct {
 	// ControlNodes are the special files every container with at least one device needs
 	// (nvidiactl, nvidia-uvm..., davinci_manager, devmm_svm, hisi_hdc).
 	ControlNodes []Node `json:"controlNodes"`
+	// MIGParents are the GPUs in MIG mode; they are not in Devices, their existing MIG
+	// devices are.
+	MIGParents []MIGParent `json:"migParents,omitempty"`
+	// CounterSets are the pool's shared counters (dynamic MIG), sorted by name.
+	CounterSets []CounterSet `json:"counterSets,omitempty"`
 }
 
 // Backend enumerates the devices of one kind on this node. NVML, NPU and their mocks implement
@@ -147,4 +171,117 @@ func (inv *Inventory) Lookup() map[string]*Device {
 		m[inv.Devices[i].Name] = &inv.Devices[i]
 	}
 	return m
+}
+
+// MIGName is the name of the MIG device of profile at placement start on GPU parent:
+// "gpu-0-mig-1g5gb-3", "gpu-0-mig-1g5gb-me-3". The profile name loses its dots and turns
+// "+" into "-", so that the name is a DNS label; it is stable because profile and placement
+// are what the device is, in static and dynamic MIG alike.
+func MIGName(parent, profile string, start int) string {
+	p := strings.NewReplacer(".", "", "+", "-").Replace(profile)
+	return fmt.Sprintf("%s-mig-%s-%d", parent, p, start)
+}
+
+// MIGPlacement is where a GPU instance sits in its GPU's memory slices, as NVML reports it:
+// slices [Start, Start+Size).
+type MIGPlacement struct {
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+// Overlaps reports whether two placements share a memory slice.
+func (p MIGPlacement) Overlaps(q MIGPlacement) bool {
+	return p.Start < q.Start+q.Size && q.Start < p.Start+p.Size
+}
+
+// MIGProfile is one GPU-instance profile of a MIG-capable GPU, with what an instance of it gets
+// and where NVML can place it.
+type MIGProfile struct {
+	// Name is NVIDIA's profile name, "1g.5gb", "1g.10gb+me".
+	Name string `json:"name"`
+	// ID is NVML's GPU-instance profile index (nvml.GPU_INSTANCE_PROFILE_*), the argument of
+	// GetGpuInstanceProfileInfo; GIProfileID is the ID NVML reports in the profile info and in
+	// an instance's info.
+	ID          int `json:"id"`
+	GIProfileID int `json:"giProfileID"`
+	// SliceCount is the number of compute slices ("1g" is 1).
+	SliceCount      int   `json:"sliceCount"`
+	InstanceCount   int   `json:"instanceCount"`
+	Multiprocessors int   `json:"multiprocessors"`
+	CopyEngines     int   `json:"copyEngines"`
+	Decoders        int   `json:"decoders"`
+	Encoders        int   `json:"encoders"`
+	JPEGEngines     int   `json:"jpegEngines"`
+	OFAEngines      int   `json:"ofaEngines"`
+	MemoryBytes     int64 `json:"memoryBytes"`
+	// Placements are NVML's possible placements, sorted by Start.
+	Placements []MIGPlacement `json:"placements"`
+}
+
+// MIGInstance is an existing GPU instance with one compute instance on a GPU, as NVML lists it.
+type MIGInstance struct {
+	// ParentUUID is the UUID of the GPU.
+	ParentUUID string `json:"parentUUID"`
+	// Profile is the GPU-instance profile name.
+	Profile string `json:"profile"`
+	// ProfileID is the profile's index (MIGProfile.ID).
+	ProfileID int          `json:"profileID"`
+	Placement MIGPlacement `json:"placement"`
+	// GI and CI are NVML's GPU-instance and compute-instance IDs.
+	GI int `json:"gi"`
+	CI int `json:"ci"`
+	// CIProfileID is the compute-instance profile index; CISliceCount its compute slices.
+	CIProfileID  int `json:"ciProfileID"`
+	CISliceCount int `json:"ciSliceCount"`
+	// UUID is the MIG device's UUID, "MIG-...".
+	UUID string `json:"uuid"`
+	// CapNodes are the /dev/nvidia-caps nodes of the GPU instance and the compute instance,
+	// from /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access.
+	CapNodes []Node `json:"capNodes"`
+}
+
+// MIG describes a device that is a MIG partition of a GPU: an existing MIG device (static) or a
+// profile and placement that is created when a claim is prepared (dynamic).
+type MIG struct {
+	// Parent is the name of the GPU ("gpu-0"), ParentUUID its UUID.
+	Parent     string       `json:"parent"`
+	ParentUUID string       `json:"parentUUID"`
+	Profile    MIGProfile   `json:"profile"`
+	Placement  MIGPlacement `json:"placement"`
+	// Dynamic devices have no instance until prepared; Instance is then nil.
+	Dynamic  bool         `json:"dynamic,omitempty"`
+	Instance *MIGInstance `json:"instance,omitempty"`
+}
+
+// MIGParent is a GPU in MIG mode. It is not in Inventory.Devices: in MIG mode a GPU runs work
+// only through MIG devices, so it is never published as a whole allocatable GPU (except by the
+// dynamic-MIG model, which publishes it as a device that consumes every counter).
+type MIGParent struct {
+	// GPU is the GPU as it would have been published.
+	GPU Device `json:"gpu"`
+	// Profiles are the GPU-instance profiles NVML supports on it, sorted by slice count, then
+	// memory, then name.
+	Profiles []MIGProfile `json:"profiles"`
+	// MemorySlices is the number of memory slices placements index (8 on A100 and H100).
+	MemorySlices int `json:"memorySlices"`
+	// Instances are the MIG devices that exist now, sorted by placement.
+	Instances []MIGInstance `json:"instances"`
+}
+
+// Partitioner creates and destroys MIG instances; the NVML backend implements it. It never
+// changes a GPU's MIG mode. The creation is two calls so that the caller can record the GPU
+// instance's ID before the compute instance is made.
+type Partitioner interface {
+	// CreateGI creates a GPU instance of the profile with index profileID at placement on the
+	// GPU with parentUUID and returns its ID.
+	CreateGI(ctx context.Context, parentUUID string, profileID int, placement MIGPlacement) (gi int, err error)
+	// CreateCI creates in GPU instance gi one compute instance spanning it and returns the new
+	// MIG device.
+	CreateCI(ctx context.Context, parentUUID string, gi int) (MIGInstance, error)
+	// DestroyMIG destroys the GPU instance's compute instances and then the GPU instance. An
+	// instance that does not exist is not an error.
+	DestroyMIG(ctx context.Context, parentUUID string, gi int) error
+	// ListMIG returns the GPU instances that exist now on the GPUs in MIG mode, with their
+	// compute instance (CI -1 and no UUID for a GPU instance without one).
+	ListMIG(ctx context.Context) ([]MIGInstance, error)
 }

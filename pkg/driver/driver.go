@@ -54,6 +54,9 @@ type Options struct {
 	Kube kubernetes.Interface
 	// Events receives warnings about devices left out of the slices; may be nil.
 	Events EventSink
+	// MIG creates and destroys MIG instances for dynamic-MIG devices (mig.go); nil when
+	// dynamic MIG is off, and then the inventory has no dynamic-MIG devices.
+	MIG device.Partitioner
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -96,6 +99,9 @@ type Driver struct {
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
+	// inflight are the claims whose two-phase (dynamic-MIG) preparation this instance is at,
+	// so that their PrepareStarted records are not taken for abandoned ones. Node lock.
+	inflight map[types.UID]bool
 
 	// health is nil unless EnableHealth turned device health on (health.go).
 	health *healthState
@@ -116,6 +122,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		publishable: map[string]bool{},
 		claims:      map[types.UID]*checkpoint.Claim{},
 		owner:       map[string]types.UID{},
+		inflight:    map[types.UID]bool{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
@@ -254,6 +261,18 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if existing != nil {
 		return toKubelet(existing), nil
 	}
+	if rec.State == checkpoint.StatePrepareStarted {
+		// Dynamic MIG: side effects that cannot be redone from the record alone, so reserve
+		// announced them and each step is recorded before the claim is completed (mig.go).
+		if err := d.prepareMIG(ctx, rec); err != nil {
+			d.rollback(ctx, rec)
+			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+		}
+		if err := d.commit(ctx, rec); err != nil {
+			d.rollback(ctx, rec)
+			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+		}
+	}
 	// The spec is written after the decision is published and outside the lock. A crash in
 	// between leaves a PrepareCompleted record without spec, which is a state every path
 	// already repairs from the record: start-up reconciliation re-creates the spec, and so does
@@ -299,6 +318,9 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 			Nodes:        stdslices.Clone(dev.Nodes),
 			AdminAccess:  r.AdminAccess != nil && *r.AdminAccess,
 		})
+		if dev.MIG != nil && dev.MIG.Dynamic {
+			rec.Devices[len(rec.Devices)-1].MIG = migIntent(dev)
+		}
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 	}
@@ -377,6 +399,11 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 	done := *rec
 	done.State = checkpoint.StatePrepareCompleted
 	done.Owner = ""
+	twoPhase := hasDynamicMIG(rec)
+	if twoPhase {
+		done.State = checkpoint.StatePrepareStarted
+		done.Owner = d.instance
+	}
 	st, err := d.opts.State.Stage(done)
 	if err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
@@ -398,14 +425,18 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		case cur.Owner != d.instance && l.Alive(cur.Owner):
 			return nil, fmt.Errorf("claim %s is being prepared by another instance of the plugin (%s); try again when it is done", ref, cur.Owner)
 		}
-		// Half-done by an instance that died: start over. The CDI spec, if any, is rewritten.
+		// Half-done by an instance that died or by an earlier attempt of this one: start over,
+		// destroying the MIG instances it recorded. The CDI spec, if any, is rewritten.
+		if err := d.releaseMIG(ctx, &cur); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", ref, err)
+		}
 	}
 
 	for _, pd := range rec.Devices {
 		if pd.AdminAccess {
 			continue
 		}
-		other, held := d.owner[pd.UUID]
+		other, held := d.owner[d.ownerKey(&pd)]
 		if !held || other == types.UID(rec.UID) {
 			continue
 		}
@@ -419,6 +450,10 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		}
 		return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s", ref, pd.Device, d.describe(other))
 	}
+	// Partitions of a MIG-mode GPU overlap without sharing a device name.
+	if err := d.migConflict(ctx, l, rec); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", ref, err)
+	}
 
 	if err := l.PutStaged(st); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
@@ -426,16 +461,48 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 	}
 	*rec = done
 	d.index(rec)
+	if twoPhase {
+		d.inflight[types.UID(rec.UID)] = true
+	}
 	return nil, nil
 }
 
+// commit completes a two-phase (dynamic-MIG) preparation once its MIG instances are recorded:
+// its PrepareStarted record becomes PrepareCompleted, unless the record changed meanwhile.
+func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
+	l, err := d.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	cur, found := d.indexed(rec.UID)
+	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+		return fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
+	}
+	done := *rec
+	done.State = checkpoint.StatePrepareCompleted
+	done.Owner = ""
+	if err := l.Put(done); err != nil {
+		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	d.index(&done)
+	delete(d.inflight, types.UID(rec.UID))
+	*rec = done
+	return nil
+}
+
 // abandoned reports whether c is a PrepareStarted record nobody is working on any more: its
-// owner is dead. This instance writes none, so one of its own is abandoned too.
+// owner is dead, or it is this instance's and no prepare of this instance is at it (one failed
+// without rolling back). Called with the node lock held.
 func (d *Driver) abandoned(l *checkpoint.Locked, c *checkpoint.Claim) bool {
 	if c.State != checkpoint.StatePrepareStarted {
 		return false
 	}
-	return c.Owner == d.instance || !l.Alive(c.Owner)
+	if c.Owner == d.instance {
+		return !d.inflight[types.UID(c.UID)]
+	}
+	return !l.Alive(c.Owner)
 }
 
 // restore answers a prepare of a claim that is already prepared, after checking that its devices
@@ -467,6 +534,8 @@ func (d *Driver) verifyIdentity(ctx context.Context, l *checkpoint.Locked, c *ch
 		switch {
 		case !ok:
 			err = fmt.Errorf("claim %s/%s (%s): device %s (UUID %s) was prepared but is no longer on node %s", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, d.opts.NodeName)
+		case pd.MIG != nil:
+			err = d.verifyMIG(ctx, c, pd)
 		case pd.UUID == "":
 			pd.UUID, pd.Nodes, migrated = dev.UUID, stdslices.Clone(dev.Nodes), true
 		case pd.UUID != dev.UUID || !stdslices.Equal(pd.Nodes, dev.Nodes):
@@ -590,6 +659,10 @@ func (d *Driver) reportCorrupt(ctx context.Context, bad []checkpoint.Corrupt) {
 // ownerKey is what ownership is keyed by: the device's UUID, so that a claim keeps its physical
 // device even if that device's name moved; the name for a record without UUID.
 func (d *Driver) ownerKey(pd *checkpoint.PreparedDevice) string {
+	if pd.MIG != nil {
+		// A dynamic-MIG device has no UUID until prepared, and a new one each time.
+		return "mig:" + pd.MIG.ParentUUID + "/" + pd.Device
+	}
 	if pd.UUID != "" {
 		return pd.UUID
 	}
@@ -664,7 +737,7 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 			index[pd.Request] = i
 			requests = append(requests, cdi.Request{Name: pd.Request})
 		}
-		requests[i].Devices = append(requests[i].Devices, *dev)
+		requests[i].Devices = append(requests[i].Devices, specDevice(dev, &pd))
 	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: d.edits.Load(),
@@ -742,8 +815,9 @@ func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 		return
 	}
 	defer l.Unlock()
+	delete(d.inflight, types.UID(rec.UID))
 	cur, found := d.indexed(rec.UID)
-	if found && cur.State != checkpoint.StatePrepareCompleted {
+	if found && cur.State != checkpoint.StatePrepareCompleted && cur.Owner != d.instance {
 		return
 	}
 	if err := d.forget(l, rec); err != nil {
@@ -756,6 +830,9 @@ func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 func (d *Driver) forget(l *checkpoint.Locked, c *checkpoint.Claim) error {
 	if err := d.opts.CDI.Remove(c.UID); err != nil {
 		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
+	}
+	if err := d.releaseMIG(context.TODO(), c); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	if err := l.Delete(c.UID); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
@@ -798,6 +875,13 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 		return err
 	}
 	defer l.Unlock()
+	// MIG instances go before the record: a crash in between leaves a record whose instances
+	// are gone, which the next unprepare completes; the other order could leak them.
+	if cur, found := d.indexed(string(c.UID)); found {
+		if err := d.releaseMIG(ctx, &cur); err != nil {
+			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
+		}
+	}
 	if err := l.Delete(string(c.UID)); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("claim %s: checkpoint: %w", c.NamespacedName, err)

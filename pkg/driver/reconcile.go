@@ -28,6 +28,8 @@ type ReconcileReport struct {
 	// or other device nodes under the same name). Their CDI specs are removed so that no new
 	// container gets the wrong device; their records stay until the kubelet unprepares them.
 	Refused []string
+	// MIGDestroyed are the MIG instances (dynamic MIG) that no claim held and were destroyed.
+	MIGDestroyed []string
 }
 
 // Reconcile brings the node back to the checkpoint's truth after a start. It runs before the
@@ -48,6 +50,9 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	rep := &ReconcileReport{}
 	kept, err := d.reconcileLocked(ctx, rep)
 	if err != nil {
+		return rep, err
+	}
+	if rep.MIGDestroyed, err = d.sweepMIG(ctx); err != nil {
 		return rep, err
 	}
 
@@ -77,7 +82,7 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	}
 	logger.Info("Checkpoint reconciled", "restored", len(rep.Restored), "specsCreated", len(rep.SpecsCreated),
 		"rolledBack", len(rep.RolledBack), "dropped", len(rep.Dropped), "stale", len(rep.Stale),
-		"orphans", len(rep.Orphans), "corrupt", len(rep.Corrupt), "inFlight", len(rep.InFlight), "refused", len(rep.Refused))
+		"orphans", len(rep.Orphans), "corrupt", len(rep.Corrupt), "inFlight", len(rep.InFlight), "refused", len(rep.Refused), "migDestroyed", len(rep.MIGDestroyed))
 	return rep, nil
 }
 

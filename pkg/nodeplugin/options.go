@@ -41,6 +41,9 @@ type Options struct {
 	HTTPAddress   string
 	PodUID        string
 	Profiling     bool
+	// DynamicMIG publishes the GPUs in MIG mode as partitionable devices whose MIG instances
+	// are created on prepare (docs/mig.md).
+	DynamicMIG bool
 	// NVIDIADriverRoot and AscendDriverRoot are where this process sees the root of the
 	// driver's installation; the Host* variants are the same trees as the container runtime
 	// sees them (empty: the same path). See docs/cdi.md.
@@ -121,6 +124,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringToStringVar(&o.DeviceTaintEffects, "device-taint-effects", o.DeviceTaintEffects, fmt.Sprintf("Taint effect per health cause, cause=effect with effect NoSchedule, NoExecute or None; causes %v. Default: NoSchedule for every fault, no taint for unknown.", health.Causes))
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Mount a file with the attributes of a claim's devices (UUID, PCI bus ID, NUMA node...) into its containers, under /var/run/kubernetes.io/dra-device-attributes/ (see docs/health.md).")
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
+	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)

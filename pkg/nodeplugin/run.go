@@ -28,6 +28,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/bootid"
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
@@ -67,10 +68,17 @@ func Run(ctx context.Context, o *Options) error {
 			err = fmt.Errorf("CDI edits of the driver: %w", err)
 		}
 	}
-	// Devices are enumerated once; without device health nothing queries the backend
-	// afterwards, so NVML is shut down (and a mock machine freed) now rather than held for the
-	// life of the process (a driver change opens a backend of its own, for the new driver's
-	// version). The health source needs it until the end.
+	// Dynamic MIG keeps the backend to create and destroy MIG instances.
+	var partitioner device.Partitioner
+	if err == nil && o.DynamicMIG {
+		if inv, partitioner, err = dynamicMIG(be, inv); err != nil {
+			err = fmt.Errorf("dynamic MIG: %w", err)
+		}
+	}
+	// Devices are enumerated once; unless device health or dynamic MIG needs it, nothing
+	// queries the backend afterwards, so NVML is shut down (and a mock machine freed) now
+	// rather than held for the life of the process (a driver change opens a backend of its
+	// own, for the new driver's version).
 	watcher, watchHealth := be.(health.Watcher)
 	watchHealth = watchHealth && o.DeviceHealth
 	closeBackend := func() {
@@ -78,7 +86,7 @@ func Run(ctx context.Context, o *Options) error {
 			klog.FromContext(ctx).Error(cerr, "Closing device backend")
 		}
 	}
-	if !watchHealth || err != nil {
+	if (!watchHealth && partitioner == nil) || err != nil {
 		closeBackend()
 	} else {
 		defer closeBackend()
@@ -108,6 +116,7 @@ func Run(ctx context.Context, o *Options) error {
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
+		MIG: partitioner,
 	})
 	if err != nil {
 		return err

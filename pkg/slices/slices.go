@@ -88,7 +88,8 @@ func Build(inv *device.Inventory, poolName string, opts ...Option) Result {
 		res.Omitted = append(res.Omitted, omitted...)
 	}
 
-	pool := resourceslice.Pool{Slices: split(apiDevs)}
+	// Counters of devices that are left out stay: a counter nobody consumes is harmless.
+	pool := resourceslice.Pool{Slices: split(apiDevs, sortedSets(inv.CounterSets))}
 	// An empty pool still gets one empty slice so that the scheduler sees the node's pool as
 	// complete rather than unknown.
 	if len(pool.Slices) == 0 {
@@ -147,13 +148,15 @@ func ToAPI(d *device.Device) (dev resourceapi.Device, omitted []Omitted, reason 
 		}
 		attrs[a.Name] = a.Value
 	}
-	return resourceapi.Device{
+	dev = resourceapi.Device{
 		Name:       d.Name,
 		Attributes: attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			CapacityMemory: {Value: *resource.NewQuantity(d.MemoryBytes, resource.BinarySI)},
 		},
-	}, omitted, "", nil
+	}
+	addMIG(d, &dev)
+	return dev, omitted, "", nil
 }
 
 // NormalizeVersion makes a driver-reported version semver, as version attributes must be, where

@@ -23,11 +23,11 @@ func advanced(d *resourceapi.Device) bool {
 	return len(d.Taints) > 0 || len(d.ConsumesCounters) > 0
 }
 
-// split cuts devices, in order, into slices: a slice holds up to ResourceSliceMaxDevices
+// splitPlain cuts devices, in order, into slices: a slice holds up to ResourceSliceMaxDevices
 // devices, or ResourceSliceMaxDevicesWithAdvancedFeatures once one of them is tainted or
 // consumes counters. Filling greedily in device order keeps the split deterministic, and a
 // taint on one device only re-cuts the slices from its own onwards.
-func split(devs []resourceapi.Device) []resourceslice.Slice {
+func splitPlain(devs []resourceapi.Device) []resourceslice.Slice {
 	var out []resourceslice.Slice
 	start, adv := 0, false
 	for i := range devs {

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+	"sort"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -56,6 +57,8 @@ type Backend struct {
 	sysfs   fs.ReadLinkFS
 	devRoot string
 	stat    StatFunc
+	// caps is the NVIDIA driver's capabilities directory (mig.go).
+	caps fs.FS
 
 	// mu serialises NVML use: Init/Shutdown pair up once, and Enumerate may be called from more
 	// than one goroutine.
@@ -164,6 +167,14 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 				err = fmt.Errorf("gpu index %d: minor number %d is also that of gpu index %d", i, d.Number, j)
 			}
 		}
+		// A GPU in MIG mode is not published as a whole GPU: its MIG devices are (mig.go).
+		var migParent *device.MIGParent
+		var migDevs []device.Device
+		if err == nil {
+			if migParent, err = b.enumerateMIG(ctx, i, &d); err == nil && migParent != nil {
+				migDevs, err = b.staticMIGDevices(migParent)
+			}
+		}
 		if err != nil {
 			f := device.Failed{Index: i, Name: d.Name, PCIBusID: d.PCIBusID, Err: err}
 			logger.Error(err, "Leaving GPU out: an NVML query for it failed", "device", f.String())
@@ -171,8 +182,14 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 			continue
 		}
 		byName[d.Name] = i
+		if migParent != nil {
+			inv.MIGParents = append(inv.MIGParents, *migParent)
+			inv.Devices = append(inv.Devices, migDevs...)
+			continue
+		}
 		inv.Devices = append(inv.Devices, d)
 	}
+	sort.Slice(inv.MIGParents, func(a, c int) bool { return inv.MIGParents[a].GPU.Number < inv.MIGParents[c].GPU.Number })
 	device.Sort(inv.Devices)
 
 	inv.ControlNodes = make([]device.Node, 0, len(controlNodes))

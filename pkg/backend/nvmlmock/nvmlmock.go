@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing/fstest"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -49,6 +51,13 @@ type Server struct {
 	SysFS fstest.MapFS
 
 	profile profile
+	// nodeName and uuidProfile make the GPU and MIG UUIDs.
+	nodeName, uuidProfile string
+
+	// MIG state (mig.go): migMu guards migState; stateFile, if set, is where it persists.
+	migMu     sync.Mutex
+	migState  *migState
+	stateFile string
 }
 
 // NewServer builds the mock machine of a profile for a node.
@@ -60,11 +69,11 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("NVML mock profile %s: node name is required (it makes the GPU UUIDs)", profileName)
 	}
-	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p}
 	uuidProfile := p.uuidProfile
 	if uuidProfile == "" {
 		uuidProfile = profileName
 	}
+	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile}
 	for i, g := range p.gpus {
 		minor := p.minor(i)
 		board := minor
@@ -72,6 +81,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 			board = m
 		}
 		d := s.newDevice(i, minor, g, stableid.UUID("GPU", nodeName, uuidProfile, strconv.Itoa(board)))
+		s.setMIGFuncs(d, i)
 		if p.lost[minor] {
 			loseDevice(d)
 		}
@@ -85,7 +95,15 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 
 // Backend returns the real NVML backend wired to this mock machine.
 func (s *Server) Backend() *nvmlbackend.Backend {
-	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", nvmlbackend.WithStat(s.Stat))
+	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", nvmlbackend.WithStat(s.Stat), nvmlbackend.WithCapabilities(s.CapabilitiesFS()))
+}
+
+// UseStateDir keeps the machine's MIG state in dir (see WithStateDir).
+func (s *Server) UseStateDir(dir string) {
+	s.migMu.Lock()
+	defer s.migMu.Unlock()
+	s.stateFile = filepath.Join(dir, StateFileName)
+	s.migState = nil
 }
 
 // Option changes what New builds.
@@ -94,6 +112,7 @@ type Option func(*options)
 type options struct {
 	driverVersions map[int]string
 	faultDir       string
+	stateDir       string
 }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
@@ -119,6 +138,9 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.stateDir != "" {
+		s.UseStateDir(o.stateDir)
 	}
 	if o.faultDir != "" {
 		s.injectFaults(o.faultDir)
@@ -147,7 +169,10 @@ func (b *overrideBackend) Enumerate(ctx context.Context) (*device.Inventory, err
 	return inv, nil
 }
 
-var deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
+var (
+	deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
+	capNode    = regexp.MustCompile(`^nvidia-cap(0|[1-9][0-9]*)$`)
+)
 
 // Stat is the nvml.StatFunc of the mock machine: it answers for the machine's device nodes
 // (by base name, wherever the dev root is) with the numbers the NVIDIA driver uses, and
@@ -164,6 +189,12 @@ func (s *Server) Stat(p string) (string, int64, int64, error) {
 	case "nvidia-modeset":
 		if s.profile.modeset {
 			return "c", nvidiaMajor, nvidiaModesetMin, nil
+		}
+	}
+	if m := capNode.FindStringSubmatch(name); m != nil && path.Base(path.Dir(p)) == "nvidia-caps" {
+		// nvidia-modprobe creates the caps nodes the driver lists; the mock has them all.
+		if minor, err := strconv.Atoi(m[1]); err == nil {
+			return "c", nvidiaCapsMajor, int64(minor), nil
 		}
 	}
 	if m := deviceNode.FindStringSubmatch(name); m != nil {

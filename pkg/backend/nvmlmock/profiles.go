@@ -19,13 +19,15 @@ type model struct {
 	// pciDevice is the PCI device ID (vendor 0x10de), for the synthetic sysfs and PciInfo.
 	pciDevice uint16
 	mig       bool
+	// migTable is the MIG profile table of a MIG-capable model the mock implements MIG for.
+	migTable *migTable
 }
 
 const gib = 1 << 30
 
 var (
-	a100SXM40 = model{name: "NVIDIA A100-SXM4-40GB", arch: nvml.DEVICE_ARCH_AMPERE, ccMajor: 8, ccMinor: 0, memory: 40 * gib, pciDevice: 0x20b0, mig: true}
-	h100SXM80 = model{name: "NVIDIA H100 80GB HBM3", arch: nvml.DEVICE_ARCH_HOPPER, ccMajor: 9, ccMinor: 0, memory: 80 * gib, pciDevice: 0x2330, mig: true}
+	a100SXM40 = model{name: "NVIDIA A100-SXM4-40GB", arch: nvml.DEVICE_ARCH_AMPERE, ccMajor: 8, ccMinor: 0, memory: 40 * gib, pciDevice: 0x20b0, mig: true, migTable: a100MIG}
+	h100SXM80 = model{name: "NVIDIA H100 80GB HBM3", arch: nvml.DEVICE_ARCH_HOPPER, ccMajor: 9, ccMinor: 0, memory: 80 * gib, pciDevice: 0x2330, mig: true, migTable: h100MIG}
 	l4        = model{name: "NVIDIA L4", arch: nvml.DEVICE_ARCH_ADA, ccMajor: 8, ccMinor: 9, memory: 24 * gib, pciDevice: 0x27b8}
 	t4        = model{name: "Tesla T4", arch: nvml.DEVICE_ARCH_TURING, ccMajor: 7, ccMinor: 5, memory: 16 * gib, pciDevice: 0x1eb8}
 )
@@ -43,6 +45,10 @@ type gpu struct {
 	bridges []string
 	// numa is the content of numa_node; -1 means no affinity.
 	numa int
+	// migMode puts a MIG-capable GPU in MIG mode; instances are the MIG devices it has when
+	// the mock's state is first created (as an operator or mig-parted made them).
+	migMode   bool
+	instances []migInstance
 }
 
 // profile is one mock machine.
@@ -136,6 +142,24 @@ var profiles = map[string]profile{
 			{model: t4, busID: "0001:00:04.0", root: "pci0001:00", numa: -1},
 		},
 	},
+	// A node of mixed GPUs for MIG: gpu-0 is an A100 in MIG mode with MIG devices an operator
+	// made (2g.10gb at slices 0-1, 1g.5gb at 2 and 3, 3g.20gb at 4-7), gpu-1 an A100 in MIG mode
+	// without any, gpu-2 an H100 in MIG mode without any, gpu-3 an H100 that supports MIG but is
+	// not in MIG mode, and gpu-4 an L4, which does not support MIG.
+	"mig-mixed": {
+		description:       "gpu-0 A100-SXM4-40GB in MIG mode with 2g.10gb@0, 1g.5gb@2, 1g.5gb@3, 3g.20gb@4; gpu-1 A100 in MIG mode, empty; gpu-2 H100 80GB in MIG mode, empty; gpu-3 H100 not in MIG mode; gpu-4 L4 (no MIG)",
+		driverVersion:     driverVersion,
+		cudaDriverVersion: cudaDriverVersion,
+		modeset:           true,
+		gpus: []gpu{
+			{model: a100SXM40, busID: "0000:07:00.0", root: "pci0000:00", bridges: []string{"0000:00:01.1", "0000:01:00.0", "0000:02:04.0"}, numa: 0, migMode: true,
+				instances: []migInstance{{nvml.GPU_INSTANCE_PROFILE_2_SLICE, 0}, {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 2}, {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 3}, {nvml.GPU_INSTANCE_PROFILE_3_SLICE, 4}}},
+			{model: a100SXM40, busID: "0000:0f:00.0", root: "pci0000:00", bridges: []string{"0000:00:01.1", "0000:01:00.0", "0000:02:0c.0"}, numa: 0, migMode: true},
+			{model: h100SXM80, busID: "0000:87:00.0", root: "pci0000:80", bridges: []string{"0000:80:01.1", "0000:81:00.0", "0000:82:04.0"}, numa: 1, migMode: true},
+			{model: h100SXM80, busID: "0000:90:00.0", root: "pci0000:80", bridges: []string{"0000:80:01.1", "0000:81:00.0", "0000:82:0c.0"}, numa: 1},
+			{model: l4, busID: "0000:b7:00.0", root: "pci0000:a0", bridges: []string{"0000:a0:03.1"}, numa: 1},
+		},
+	},
 	// The mixed-small machine with a driver version that cannot be made semver, for tests of the
 	// layer that publishes driverVersion: the devices are published without that attribute.
 	"broken-driver-version": {
@@ -172,6 +196,18 @@ func init() {
 	swapped.uuidProfile = "h100-8x-2numa"
 	swapped.uuidOf = map[int]int{0: 1, 1: 0}
 	profiles["h100-8x-2numa-swapped"] = swapped
+
+	// MIG machines: the DGX A100 and DGX H100 with every GPU in MIG mode and no MIG devices yet
+	// (for dynamic MIG), and a mixed node.
+	for name, from := range map[string]string{"a100-8x-mig": "a100-8x", "h100-8x-mig": "h100-8x-2numa"} {
+		p := profiles[from]
+		p.description = from + " with every GPU in MIG mode and no MIG devices yet"
+		p.gpus = append([]gpu(nil), p.gpus...)
+		for i := range p.gpus {
+			p.gpus[i].migMode = true
+		}
+		profiles[name] = p
+	}
 
 	broken := base
 	broken.description = "h100-8x-2numa where gpu-3 has fallen off the bus: its handle, minor and PCI info answer, every other NVML query fails with GPU_IS_LOST"

@@ -1,0 +1,339 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdslices "slices"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/device"
+)
+
+// Dynamic MIG (docs/mig.md). A claim that gets a dynamic-MIG device has its MIG instance
+// created by prepare and destroyed by unprepare, every step recorded in the claim's checkpoint
+// record under the node lock:
+//
+//  1. reserve checks for overlaps and writes PrepareStarted with the device's MIGRecord: parent, profile, placement
+//     (the intent), no instance IDs;
+//  2. the GPU instance is created and its ID recorded at once;
+//  3. the compute instance is created and its ID, the MIG device's UUID and its nodes are
+//     recorded at once;
+//  4. commit writes PrepareCompleted, and the CDI spec is written after it as for any claim.
+//
+// A crash anywhere leaves at worst an instance whose ID is not recorded yet. Reconcile rolls
+// back the half-prepared claims (destroying the instances they recorded) and then destroys
+// every MIG instance on a MIG-mode GPU that no record holds, by recorded ID or, for a record
+// whose IDs are not written yet, by placement; an instance a record holds is never destroyed.
+
+// migCrash is called between the steps of a MIG preparation; tests set it to simulate a crash
+// (kill -9) at that point. Steps: "intent", "gi-created", "gi-recorded", "ci-created",
+// "ci-recorded".
+var migCrash = func(step string) {}
+
+// hasDynamicMIG reports whether rec has a dynamic-MIG device, whose preparation creates MIG
+// instances and so takes two phases (reserve writes PrepareStarted, commit PrepareCompleted).
+func hasDynamicMIG(rec *checkpoint.Claim) bool {
+	for i := range rec.Devices {
+		if rec.Devices[i].MIG != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// migIntent is the MIGRecord of a dynamic-MIG device before anything is created.
+func migIntent(dev *device.Device) *checkpoint.MIGRecord {
+	m := dev.MIG
+	return &checkpoint.MIGRecord{
+		ParentUUID: m.ParentUUID, Profile: m.Profile.Name, ProfileID: m.Profile.ID,
+		Start: m.Placement.Start, Size: m.Placement.Size,
+	}
+}
+
+// migHolding is what a prepared device holds of a MIG-mode GPU: a placement, or (full) all of
+// it.
+type migHolding struct {
+	parent    string
+	placement device.MIGPlacement
+	full      bool
+}
+
+// holding returns what pd holds of a MIG-mode GPU, if anything.
+func (d *Driver) holding(pd *checkpoint.PreparedDevice) (migHolding, bool) {
+	if pd.MIG != nil {
+		return migHolding{parent: pd.MIG.ParentUUID, placement: device.MIGPlacement{Start: pd.MIG.Start, Size: pd.MIG.Size}}, true
+	}
+	for i := range d.opts.Inventory.MIGParents {
+		p := &d.opts.Inventory.MIGParents[i]
+		if p.GPU.Name == pd.Device && !pd.AdminAccess {
+			return migHolding{parent: p.GPU.UUID, full: true}, true
+		}
+	}
+	return migHolding{}, false
+}
+
+func (h migHolding) overlaps(o migHolding) bool {
+	return h.parent == o.parent && (h.full || o.full || h.placement.Overlaps(o.placement))
+}
+
+// migConflict returns the claim other than rec that holds part of a MIG-mode GPU that rec
+// needs, rolling back abandoned preparations in the way. The scheduler's counters should make
+// this impossible; it is the driver's last line of defence, as reserve is for whole devices.
+// Called with the node lock held.
+func (d *Driver) migConflict(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim) error {
+	var want []migHolding
+	for i := range rec.Devices {
+		if h, ok := d.holding(&rec.Devices[i]); ok {
+			want = append(want, h)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	others := make([]*checkpoint.Claim, 0, len(d.claims))
+	for uid, c := range d.claims {
+		if uid != types.UID(rec.UID) {
+			others = append(others, c)
+		}
+	}
+	d.mu.Unlock()
+others:
+	for _, oc := range others {
+		for i := range oc.Devices {
+			h, ok := d.holding(&oc.Devices[i])
+			if !ok {
+				continue
+			}
+			for _, w := range want {
+				if !w.overlaps(h) {
+					continue
+				}
+				if d.abandoned(l, oc) {
+					klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its MIG slices", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner)
+					if err := d.forget(l, oc); err != nil {
+						return err
+					}
+					continue others
+				}
+				return fmt.Errorf("MIG device %s overlaps what claim %s holds on GPU %s", oc.Devices[i].Device, d.describe(types.UID(oc.UID)), h.parent)
+			}
+		}
+	}
+	return nil
+}
+
+// prepareMIG creates the MIG instances of rec's dynamic-MIG devices, recording each step.
+func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
+	dynamic, holds := false, false
+	for i := range rec.Devices {
+		if rec.Devices[i].MIG != nil {
+			dynamic = true
+		}
+		if _, ok := d.holding(&rec.Devices[i]); ok {
+			holds = true
+		}
+	}
+	if !holds {
+		return nil
+	}
+	if dynamic && d.opts.MIG == nil {
+		return errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
+	}
+	l, err := d.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	cur, found := d.indexed(rec.UID)
+	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+		return fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
+	}
+	put := func() error {
+		if err := l.Put(*rec); err != nil {
+			d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		d.index(rec)
+		return nil
+	}
+	for i := range rec.Devices {
+		pd := &rec.Devices[i]
+		m := pd.MIG
+		if m == nil {
+			continue
+		}
+		logger := klog.FromContext(ctx).WithValues("device", pd.Device, "gpu", m.ParentUUID)
+		migCrash("intent")
+		if m.GI == nil {
+			gi, err := d.opts.MIG.CreateGI(ctx, m.ParentUUID, m.ProfileID, device.MIGPlacement{Start: m.Start, Size: m.Size})
+			if err != nil {
+				return fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
+			}
+			migCrash("gi-created")
+			m.GI = &gi
+			if err := put(); err != nil {
+				return err
+			}
+			migCrash("gi-recorded")
+		}
+		in, err := d.opts.MIG.CreateCI(ctx, m.ParentUUID, *m.GI)
+		if err != nil {
+			return fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
+		}
+		migCrash("ci-created")
+		ci := in.CI
+		m.CI = &ci
+		pd.UUID = in.UUID
+		pd.Nodes = append(stdslices.Clone(d.devices[pd.Device].Nodes), in.CapNodes...)
+		if err := put(); err != nil {
+			return err
+		}
+		migCrash("ci-recorded")
+		logger.V(2).Info("Created MIG device", "profile", m.Profile, "start", m.Start, "gi", *m.GI, "ci", ci, "uuid", in.UUID)
+	}
+	return nil
+}
+
+// releaseMIG destroys the MIG instances c's record says it created. An instance is destroyed
+// only if it is still the one recorded (GPU instance ID, placement and, once known, UUID) and
+// no other record holds it, so that a GPU-instance ID reused by a later claim is never
+// destroyed by a stale record. A record whose GPU instance ID was not written yet (a crash
+// right after creation) gets the instance at its placement destroyed, unless another record
+// holds that placement. Called with the node lock held.
+func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
+	if d.opts.MIG == nil {
+		return nil
+	}
+	var mine []*checkpoint.PreparedDevice
+	for i := range c.Devices {
+		if c.Devices[i].MIG != nil {
+			mine = append(mine, &c.Devices[i])
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	list, err := d.opts.MIG.ListMIG(ctx)
+	if err != nil {
+		return fmt.Errorf("listing MIG instances: %w", err)
+	}
+	for _, pd := range mine {
+		m := pd.MIG
+		for _, in := range list {
+			if !recordedAs(pd, in) {
+				continue
+			}
+			if other, held := d.migHeldBy(in, types.UID(c.UID)); held {
+				klog.FromContext(ctx).Info("Not destroying a MIG instance another claim holds", "gi", in.GI, "gpu", in.ParentUUID, "claim", d.describe(other))
+				continue
+			}
+			if err := d.opts.MIG.DestroyMIG(ctx, m.ParentUUID, in.GI); err != nil {
+				return fmt.Errorf("device %s: destroying MIG instance %d: %w", pd.Device, in.GI, err)
+			}
+			klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "device", pd.Device, "gpu", m.ParentUUID, "gi", in.GI, "uuid", in.UUID)
+		}
+	}
+	return nil
+}
+
+// recordedAs reports whether instance in is the one pd's record describes.
+func recordedAs(pd *checkpoint.PreparedDevice, in device.MIGInstance) bool {
+	m := pd.MIG
+	if in.ParentUUID != m.ParentUUID || in.Placement.Start != m.Start || in.Placement.Size != m.Size || in.ProfileID != m.ProfileID {
+		return false
+	}
+	if m.GI != nil && in.GI != *m.GI {
+		return false
+	}
+	if m.CI != nil && pd.UUID != "" && in.UUID != "" && in.UUID != pd.UUID {
+		return false
+	}
+	return true
+}
+
+// migHeldBy returns a claim other than except whose record holds instance in.
+func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, c := range d.claims {
+		if uid == except {
+			continue
+		}
+		for i := range c.Devices {
+			pd := &c.Devices[i]
+			// A static MIG device prepared before dynamic MIG was turned on is held by its UUID.
+			if pd.MIG != nil && recordedAs(pd, in) || pd.MIG == nil && in.UUID != "" && pd.UUID == in.UUID {
+				return uid, true
+			}
+		}
+	}
+	return "", false
+}
+
+// sweepMIG destroys the MIG instances on MIG-mode GPUs that no checkpoint record holds: those
+// of preparations that crashed before recording them, and any an operator made (in dynamic MIG
+// the plugin owns the MIG layout of the GPUs in MIG mode). It runs in Reconcile, after
+// half-prepared claims were rolled back.
+func (d *Driver) sweepMIG(ctx context.Context) ([]string, error) {
+	if d.opts.MIG == nil {
+		return nil, nil
+	}
+	l, err := d.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Unlock()
+	list, err := d.opts.MIG.ListMIG(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing MIG instances: %w", err)
+	}
+	var destroyed []string
+	for _, in := range list {
+		if _, held := d.migHeldBy(in, ""); held {
+			continue
+		}
+		if err := d.opts.MIG.DestroyMIG(ctx, in.ParentUUID, in.GI); err != nil {
+			return destroyed, fmt.Errorf("destroying MIG instance %d on GPU %s that no claim holds: %w", in.GI, in.ParentUUID, err)
+		}
+		id := fmt.Sprintf("%s/gi%d(%s@%d)", in.ParentUUID, in.GI, in.Profile, in.Placement.Start)
+		klog.FromContext(ctx).Info("Destroyed MIG instance that no claim holds", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start, "uuid", in.UUID)
+		destroyed = append(destroyed, id)
+	}
+	return destroyed, nil
+}
+
+// verifyMIG checks that the MIG device a prepared claim got still exists as recorded.
+func (d *Driver) verifyMIG(ctx context.Context, c *checkpoint.Claim, pd *checkpoint.PreparedDevice) error {
+	if d.opts.MIG == nil {
+		return fmt.Errorf("claim %s/%s (%s): device %s is a dynamic-MIG device but dynamic MIG is not enabled on node %s", c.Namespace, c.Name, c.UID, pd.Device, d.opts.NodeName)
+	}
+	if pd.MIG.CI == nil || pd.UUID == "" {
+		return fmt.Errorf("claim %s/%s (%s): device %s is recorded as prepared without its MIG instance", c.Namespace, c.Name, c.UID, pd.Device)
+	}
+	list, err := d.opts.MIG.ListMIG(ctx)
+	if err != nil {
+		return fmt.Errorf("listing MIG instances: %w", err)
+	}
+	for _, in := range list {
+		if recordedAs(pd, in) && in.UUID == pd.UUID {
+			return nil
+		}
+	}
+	return fmt.Errorf("claim %s/%s (%s): MIG device %s (UUID %s, GPU instance %d) no longer exists", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, *pd.MIG.GI)
+}
+
+// specDevice is the device a claim's CDI spec gets for pd: the inventory's, or for a
+// dynamic-MIG device the MIG device its preparation created.
+func specDevice(dev *device.Device, pd *checkpoint.PreparedDevice) device.Device {
+	out := *dev
+	if pd.MIG != nil {
+		out.UUID = pd.UUID
+		out.Nodes = stdslices.Clone(pd.Nodes)
+	}
+	return out
+}
