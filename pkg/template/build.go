@@ -35,6 +35,8 @@ type BuildOptions struct {
 func DefaultIdentityAttributes() []string {
 	return []string{
 		"uuid",
+		// A MIG device names its GPU by UUID; matchAttribute on it still works, as on pcieRoot.
+		"parentUUID",
 		"serial",
 		"resource.kubernetes.io/pciBusID",
 		"resource.kubernetes.io/pcieRoot",
