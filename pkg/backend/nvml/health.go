@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -49,8 +50,13 @@ type healthSource struct {
 	cfg  health.SourceConfig
 }
 
+// watched is one physical GPU and the published devices that live on it: the GPU itself, or
+// its MIG devices (static MIG), or its partitions and the whole-GPU device (dynamic MIG).
+// Events come from the physical GPU, and a fault is reported for every device on it: a MIG
+// device whose GPU reports an XID is not trusted to be healthy either (NVIDIA scopes some XIDs
+// to one GPU instance; treating them GPU-wide errs on the side of not scheduling there).
 type watched struct {
-	name   string
+	names  []string
 	handle nvml.Device
 	lost   bool
 	// faulted is set by an XID or ECC fault; actionSeen once the recovery action asked for a
@@ -72,14 +78,14 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 
 	var all []*watched
 	byHandle := map[nvml.Device]*watched{}
-	for _, d := range s.devs {
-		h, ret := lib.DeviceGetHandleByUUID(d.UUID)
+	for _, g := range physicalGPUs(s.devs) {
+		h, ret := lib.DeviceGetHandleByUUID(g.uuid)
 		if ret != nvml.SUCCESS {
-			// The device stays Unknown: without a handle nothing about it can be observed.
-			logger.Error(fmt.Errorf("nvml DeviceGetHandleByUUID(%s): %w", d.UUID, ret), "Cannot watch GPU health", "device", d.Name)
+			// The devices stay Unknown: without a handle nothing about them can be observed.
+			logger.Error(fmt.Errorf("nvml DeviceGetHandleByUUID(%s): %w", g.uuid, ret), "Cannot watch GPU health", "devices", g.names)
 			continue
 		}
-		w := &watched{name: d.Name, handle: h}
+		w := &watched{names: g.names, handle: h}
 		all = append(all, w)
 		byHandle[h] = w
 		supported, ret := h.GetSupportedEventTypes()
@@ -90,17 +96,17 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 		case nvml.SUCCESS:
 		case nvml.ERROR_GPU_IS_LOST:
 			w.lost = true
-			emit(lostEvent(d.Name))
+			w.emit(emit, lostEvent(""))
 		default:
 			// Lost GPUs are still found by polling; only XID and ECC events are missed.
-			logger.Info("GPU does not deliver health events, watching it by polling only", "device", d.Name, "err", ret.Error())
+			logger.Info("GPU does not deliver health events, watching it by polling only", "devices", w.names, "err", ret.Error())
 		}
 		if !w.lost {
 			// A device that answers now is not lost, whatever a state from before a
 			// restart says.
-			emit(health.Event{Type: health.Recovered, Device: d.Name, Cause: health.CauseLost})
+			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseLost})
 		}
-		emit(health.Event{Type: health.Watching, Device: d.Name})
+		w.emit(emit, health.Event{Type: health.Watching})
 	}
 	emit(health.Event{Type: health.Synced})
 
@@ -129,6 +135,43 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 	return nil
 }
 
+// gpu is a physical GPU and the names of the published devices on it, sorted.
+type gpu struct {
+	uuid  string
+	names []string
+}
+
+// physicalGPUs groups devs by the physical GPU they live on, in the order of first appearance.
+func physicalGPUs(devs []device.Device) []gpu {
+	var out []gpu
+	at := map[string]int{}
+	for _, d := range devs {
+		uuid := d.UUID
+		if d.MIG != nil {
+			uuid = d.MIG.ParentUUID
+		}
+		i, ok := at[uuid]
+		if !ok {
+			i = len(out)
+			at[uuid] = i
+			out = append(out, gpu{uuid: uuid})
+		}
+		out[i].names = append(out[i].names, d.Name)
+	}
+	for i := range out {
+		sort.Strings(out[i].names)
+	}
+	return out
+}
+
+// emit reports ev for every device on the GPU.
+func (w *watched) emit(emit func(health.Event), ev health.Event) {
+	for _, name := range w.names {
+		ev.Device = name
+		emit(ev)
+	}
+}
+
 func lostEvent(name string) health.Event {
 	return health.Event{Type: health.Fault, Device: name, Cause: health.CauseLost,
 		Message: "GPU is lost: it has fallen off the bus or stopped answering (NVML GPU_IS_LOST)"}
@@ -143,22 +186,22 @@ func (s *healthSource) handleEvent(ctx context.Context, byHandle map[nvml.Device
 	}
 	switch {
 	case data.EventType&nvml.EventTypeXidCriticalError != 0:
-		ev, fault := s.cfg.Classifier.Classify(w.name, data.EventData)
+		ev, fault := s.cfg.Classifier.Classify(w.names[0], data.EventData)
 		if !fault {
-			logger.Info("Ignoring application XID", "device", w.name, "xid", data.EventData)
+			logger.Info("Ignoring application XID", "devices", w.names, "xid", data.EventData)
 			return
 		}
-		logger.Info("GPU reported a critical XID", "device", w.name, "xid", data.EventData, "message", ev.Message)
+		logger.Info("GPU reported a critical XID", "devices", w.names, "xid", data.EventData, "message", ev.Message)
 		if ev.Cause == health.CauseLost {
 			w.lost = true
 		} else {
 			w.fault()
 		}
-		emit(ev)
+		w.emit(emit, ev)
 	case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
-		logger.Info("GPU reported a double-bit ECC error", "device", w.name)
+		logger.Info("GPU reported a double-bit ECC error", "devices", w.names)
 		w.fault()
-		emit(health.Event{Type: health.Fault, Device: w.name, Cause: health.CauseECC, Message: "double-bit (uncorrectable) ECC error"})
+		w.emit(emit, health.Event{Type: health.Fault, Cause: health.CauseECC, Message: "double-bit (uncorrectable) ECC error"})
 	}
 }
 
@@ -180,15 +223,15 @@ func (s *healthSource) poll(ctx context.Context, all []*watched, emit func(healt
 		case ret == nvml.ERROR_GPU_IS_LOST:
 			// Reported once: an XID 79 that came first keeps its message.
 			if !w.lost {
-				logger.Info("GPU is lost", "device", w.name)
+				logger.Info("GPU is lost", "devices", w.names)
 				w.lost = true
-				emit(lostEvent(w.name))
+				w.emit(emit, lostEvent(""))
 			}
 			continue
 		case ret == nvml.SUCCESS && w.lost:
-			logger.Info("Lost GPU answers again", "device", w.name)
+			logger.Info("Lost GPU answers again", "devices", w.names)
 			w.lost = false
-			emit(health.Event{Type: health.Recovered, Device: w.name, Cause: health.CauseLost})
+			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseLost})
 		}
 		action, ok := recoveryAction(w.handle)
 		if !ok {
@@ -204,10 +247,10 @@ func (s *healthSource) poll(ctx context.Context, all []*watched, emit func(healt
 			continue
 		}
 		if w.faulted && w.actionSeen {
-			logger.Info("GPU recovery action is none again, GPU recovered", "device", w.name)
+			logger.Info("GPU recovery action is none again, GPU recovered", "devices", w.names)
 			w.faulted, w.actionSeen = false, false
-			emit(health.Event{Type: health.Recovered, Device: w.name, Cause: health.CauseXID})
-			emit(health.Event{Type: health.Recovered, Device: w.name, Cause: health.CauseECC})
+			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseXID})
+			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseECC})
 		}
 	}
 }

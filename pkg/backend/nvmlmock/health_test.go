@@ -2,6 +2,8 @@ package nvmlmock
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/accel-dra/accel-dra/pkg/health"
+	"github.com/accel-dra/accel-dra/pkg/mig"
 )
 
 // TestHealthFromFaultFiles runs the real NVML health source against the mock machine and drives
@@ -125,5 +128,83 @@ func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHealthOfMIGDevices: a fault on a GPU in MIG mode reaches every device published on it
+// (its static MIG devices, or its dynamic partitions and the whole-GPU device), and only them.
+func TestHealthOfMIGDevices(t *testing.T) {
+	for _, dynamic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dynamic=%v", dynamic), func(t *testing.T) {
+			dir := t.TempDir()
+			be, err := New("mig-mixed", "node-a", WithFaultDir(dir), WithStateDir(t.TempDir()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			inv, err := be.Enumerate(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dynamic {
+				if inv, err = mig.Dynamic(inv); err != nil {
+					t.Fatal(err)
+				}
+			}
+			uuids := map[string]string{}
+			onGPU0 := map[string]bool{}
+			for _, d := range inv.Devices {
+				uuids[d.Name] = d.UUID
+				if d.Name == "gpu-0" || d.MIG != nil && d.MIG.Parent == "gpu-0" {
+					onGPU0[d.Name] = true
+				}
+			}
+			if len(onGPU0) < 2 {
+				t.Fatalf("devices on gpu-0: %v; the fixture needs several", onGPU0)
+			}
+			tr, err := health.NewTracker(health.TrackerOptions{Devices: uuids})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: 50 * time.Millisecond})
+			done := make(chan error)
+			go func() {
+				done <- src.Run(ctx, func(ev health.Event) {
+					if _, _, err := tr.Apply(ev); err != nil {
+						t.Error(err)
+					}
+				})
+			}()
+			unhealthy := func() map[string]bool {
+				out := map[string]bool{}
+				for _, h := range tr.Snapshot() {
+					if h.State == health.Unhealthy {
+						out[h.Device] = true
+					}
+				}
+				return out
+			}
+			if err := os.WriteFile(filepath.Join(dir, "gpu-0"), []byte("xid 48\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]bool
+			if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				got = unhealthy()
+				return len(got) >= len(onGPU0), nil
+			}); err != nil || !maps.Equal(got, onGPU0) {
+				t.Errorf("unhealthy after an XID on gpu-0: %v, want exactly %v", got, onGPU0)
+			}
+			if err := os.Remove(filepath.Join(dir, "gpu-0")); err != nil {
+				t.Fatal(err)
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return len(unhealthy()) == 0, nil
+			}); err != nil {
+				t.Errorf("still unhealthy after recovery: %v", unhealthy())
+			}
+			cancel()
+			<-done
+		})
 	}
 }
