@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/accel-dra/accel-dra/e2e/cluster"
@@ -30,6 +33,8 @@ import (
 
 // CAPINamespace holds the Cluster API objects.
 const CAPINamespace = "capi"
+
+var setCtrlLogger sync.Once
 
 // capiCRDs are the Cluster API CRDs the publisher reads.
 var capiCRDs = []string{"clusters", "machinedeployments", "machinesets", "machines"}
@@ -113,6 +118,9 @@ func ClusterAPICRDDir(ctx context.Context) (string, error) {
 
 // NewCAPIClient returns a controller-runtime client that knows the Cluster API types.
 func NewCAPIClient(cfg *rest.Config) (client.Client, error) {
+	// controller-runtime's client logs through its own logger, and prints a stack trace when
+	// none was set.
+	setCtrlLogger.Do(func() { ctrllog.SetLogger(klog.NewKlogr()) })
 	scheme, err := publisher.NewScheme()
 	if err != nil {
 		return nil, err

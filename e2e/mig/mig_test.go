@@ -27,6 +27,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/fakecri"
 	"github.com/accel-dra/accel-dra/e2e/framework"
@@ -354,32 +357,66 @@ func TestMIG(t *testing.T) {
 		}
 	})
 
-	// The publisher's template of the dynamic-MIG node (template.Build and Encode on the node's
-	// ResourceSlices, as the publisher runs them) gives accelctl simulate the verdicts the real
-	// scheduler gives on the real node, for MIG claims whose fit depends on the counters.
+	// The real publisher mirrors the dynamic-MIG node's slices (counter sets and partitions)
+	// onto its Cluster API MachineDeployment; accelctl simulate on those annotations gives the
+	// verdicts the real scheduler gives on the real node, for MIG claims whose fit depends on
+	// the counters.
 	t.Run("TemplateAgreesWithRealNode", func(t *testing.T) {
-		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + dynNode.Name})
+		cl, err := framework.NewCAPIClient(c.RESTConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
-		tmpl, err := template.Build(list.Items, template.BuildOptions{})
+		if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
+			t.Fatal(err)
+		}
+		g, err := framework.CreateNodeGroup(ctx, cl, "mig", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ann, err := tmpl.Encode(template.DefaultBudget)
+		if _, err := g.AddMachine(ctx, cl, "mig-m0", dynNode.Name, true); err != nil {
+			t.Fatal(err)
+		}
+		pub, err := framework.StartPublisher(ctx, c, "--leader-election-namespace=default")
 		if err != nil {
-			t.Fatalf("template of a dynamic-MIG node: %v", err)
+			t.Fatal(err)
+		}
+		var ann map[string]string
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			md := &clusterv1.MachineDeployment{}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: "mig"}, md); err != nil {
+				return false, nil
+			}
+			ann = md.Annotations
+			return ann[template.HashAnnotation] != "", nil
+		}); err != nil {
+			t.Fatalf("no template on MachineDeployment mig: %v\n%s", err, pub.Proc.LogTail(30))
 		}
 		size := 0
 		for k, v := range ann {
 			size += len(k) + len(v)
 		}
-		t.Logf("template annotations of the dynamic-MIG node: %d bytes", size)
-		node, err := e.client.CoreV1().Nodes().Get(ctx, dynNode.Name, metav1.GetOptions{})
+		t.Logf("MachineDeployment annotations of the dynamic-MIG group: %d bytes", size)
+		decoded, err := template.Decode(ann)
 		if err != nil {
 			t.Fatal(err)
 		}
-		maps.Copy(ann, nodegroup.Capacity([]*corev1.Node{node}))
+		counterSets := 0
+		for _, d := range decoded.Drivers {
+			counterSets += len(d.SharedCounters)
+		}
+		if counterSets != 3 {
+			t.Fatalf("the published template has %d counter sets, want one per GPU in MIG mode (3)", counterSets)
+		}
+		// Cluster API's infrastructure templates normally give cpu and memory; this harness has
+		// none, so the node's capacity is added as the publisher's capacity keys would carry it.
+		if _, ok := ann[nodegroup.CPUKey]; !ok {
+			node, err := e.client.CoreV1().Nodes().Get(ctx, dynNode.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ann = maps.Clone(ann)
+			maps.Copy(ann, nodegroup.Capacity([]*corev1.Node{node}))
+		}
 		fitting := 0
 		for _, s := range migShapes {
 			real := e.realFits(t, dynNode.Name, s)
