@@ -467,18 +467,28 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 	return nil, nil
 }
 
+// lockStarted takes the node lock for a step of a two-phase preparation, which may go on only
+// while the claim's record is still this instance's PrepareStarted one.
+func (d *Driver) lockStarted(ctx context.Context, uid string) (*checkpoint.Locked, error) {
+	l, err := d.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cur, found := d.indexed(uid); !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+		l.Unlock()
+		return nil, fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
+	}
+	return l, nil
+}
+
 // commit completes a two-phase (dynamic-MIG) preparation once its MIG instances are recorded:
 // its PrepareStarted record becomes PrepareCompleted, unless the record changed meanwhile.
 func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
-	l, err := d.lock(ctx)
+	l, err := d.lockStarted(ctx, rec.UID)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
-	cur, found := d.indexed(rec.UID)
-	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
-		return fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
-	}
 	done := *rec
 	done.State = checkpoint.StatePrepareCompleted
 	done.Owner = ""

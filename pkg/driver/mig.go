@@ -144,15 +144,11 @@ func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
 	if dynamic && d.opts.MIG == nil {
 		return errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
 	}
-	l, err := d.lock(ctx)
+	l, err := d.lockStarted(ctx, rec.UID)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
-	cur, found := d.indexed(rec.UID)
-	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
-		return fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
-	}
 	put := func() error {
 		if err := l.Put(*rec); err != nil {
 			d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
