@@ -10,6 +10,8 @@ import (
 	"io"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -68,6 +70,11 @@ type PreparedDevice struct {
 	Nodes []device.Node `json:"nodes,omitempty"`
 	// AdminAccess devices are shared with whoever else holds them and hold nothing themselves.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// ShareID is set for a share of a device that allows multiple allocations (consumable
+	// capacity): the device is held by every claim with a share of it, and by none exclusively.
+	// ConsumedCapacity is what the share got, as the scheduler allocated it.
+	ShareID          string                       `json:"shareID,omitempty"`
+	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity,omitempty"`
 }
 
 // record is the file format. Claim stays raw while decoding so that the checksum can be checked
@@ -112,7 +119,7 @@ func (c *Claim) hasV2Fields() bool {
 		return true
 	}
 	for _, d := range c.Devices {
-		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess {
+		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess || d.ShareID != "" || len(d.ConsumedCapacity) > 0 {
 			return true
 		}
 	}

@@ -54,6 +54,9 @@ type Options struct {
 	Kube kubernetes.Interface
 	// Events receives warnings about devices left out of the slices; may be nil.
 	Events EventSink
+	// ConsumableMemory publishes every GPU for consumable capacity (allowMultipleAllocations
+	// and a memory capacity with a request policy; sharing.go, docs/sharing.md).
+	ConsumableMemory bool
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -93,6 +96,9 @@ type Driver struct {
 	mu     sync.Mutex
 	claims map[types.UID]*checkpoint.Claim // every record of this boot, either state
 	owner  map[string]types.UID            // device UUID -> claim holding it (admin access holds nothing)
+	// shares are the claims holding a share of a device that allows multiple allocations
+	// (sharing.go), by device UUID; a device is in owner or in shares, never in both.
+	shares map[string]map[types.UID]bool
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
@@ -116,6 +122,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		publishable: map[string]bool{},
 		claims:      map[types.UID]*checkpoint.Claim{},
 		owner:       map[string]types.UID{},
+		shares:      map[string]map[types.UID]bool{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
@@ -197,7 +204,7 @@ func (d *Driver) Close() {
 // (the build is deterministic) rather than kept: the helper holds its own copy, and a second
 // one would double the plugin's largest allocation on nodes with many devices.
 func (d *Driver) Resources() resourceslice.DriverResources {
-	return slices.Build(d.opts.Inventory, d.opts.NodeName, d.sliceOptions()...).Resources
+	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(d.sliceOptions(), d.shareOptions()...)...).Resources
 }
 
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this
@@ -299,6 +306,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 			Nodes:        stdslices.Clone(dev.Nodes),
 			AdminAccess:  r.AdminAccess != nil && *r.AdminAccess,
 		})
+		share(&rec.Devices[len(rec.Devices)-1], &r)
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 	}
@@ -306,7 +314,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 	if err != nil {
 		return nil, err
 	}
-	rec.Env = env
+	rec.Env = append(env, memoryLimitEnv(rec.Devices)...)
 	return rec, nil
 }
 
@@ -405,19 +413,23 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		if pd.AdminAccess {
 			continue
 		}
-		other, held := d.owner[pd.UUID]
-		if !held || other == types.UID(rec.UID) {
-			continue
-		}
-		oc := d.claims[other]
-		if oc != nil && d.abandoned(l, oc) {
-			klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
-			if err := d.forget(l, oc); err != nil {
-				return nil, err
+		// A device may have several holders (shares); each abandoned one is rolled back and
+		// the next looked at, until a live one refuses or none is left.
+		for {
+			other, held := d.holder(&pd, types.UID(rec.UID))
+			if !held {
+				break
 			}
-			continue
+			oc := d.claims[other]
+			if oc != nil && d.abandoned(l, oc) {
+				klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
+				if err := d.forget(l, oc); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s, which %s", ref, pd.Device, d.describe(other), conflict(&pd, oc))
 		}
-		return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s", ref, pd.Device, d.describe(other))
 	}
 
 	if err := l.PutStaged(st); err != nil {
@@ -603,6 +615,7 @@ func (d *Driver) reindex(claims []checkpoint.Claim) {
 	d.mu.Lock()
 	d.claims = make(map[types.UID]*checkpoint.Claim, len(claims))
 	d.owner = make(map[string]types.UID, len(claims))
+	d.shares = map[string]map[types.UID]bool{}
 	d.completed = 0
 	d.mu.Unlock()
 	for i := range claims {
@@ -622,8 +635,17 @@ func (d *Driver) index(c *checkpoint.Claim) {
 		d.completed++
 	}
 	for i := range cp.Devices {
-		if !cp.Devices[i].AdminAccess {
-			d.owner[d.ownerKey(&cp.Devices[i])] = uid
+		pd := &cp.Devices[i]
+		switch {
+		case pd.AdminAccess:
+		case pd.ShareID != "":
+			k := d.ownerKey(pd)
+			if d.shares[k] == nil {
+				d.shares[k] = map[types.UID]bool{}
+			}
+			d.shares[k][uid] = true
+		default:
+			d.owner[d.ownerKey(pd)] = uid
 		}
 	}
 	d.opts.Metrics.PreparedClaims.Set(float64(d.completed))
@@ -642,8 +664,15 @@ func (d *Driver) unindexLocked(uid types.UID) {
 			d.completed--
 		}
 		for i := range c.Devices {
-			if k := d.ownerKey(&c.Devices[i]); d.owner[k] == uid {
+			k := d.ownerKey(&c.Devices[i])
+			if d.owner[k] == uid {
 				delete(d.owner, k)
+			}
+			if held := d.shares[k]; held[uid] {
+				delete(held, uid)
+				if len(held) == 0 {
+					delete(d.shares, k)
+				}
 			}
 		}
 	}
@@ -822,12 +851,17 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 func toKubelet(rec *checkpoint.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
 	for _, pd := range rec.Devices {
-		out = append(out, kubeletplugin.Device{
+		dev := kubeletplugin.Device{
 			Requests:     []string{pd.Request},
 			PoolName:     pd.Pool,
 			DeviceName:   pd.Device,
 			CDIDeviceIDs: append([]string(nil), pd.CDIDeviceIDs...),
-		})
+		}
+		if pd.ShareID != "" {
+			id := types.UID(pd.ShareID)
+			dev.ShareID = &id
+		}
+		out = append(out, dev)
 	}
 	return out
 }

@@ -108,6 +108,7 @@ func Run(ctx context.Context, o *Options) error {
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
+		ConsumableMemory: o.ConsumableMemory,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,27 @@
+package helm
+
+import (
+	"testing"
+
+	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
+)
+
+// TestConsumableMemoryValue: the chart value reaches the plugin as its flag, both ways.
+func TestConsumableMemoryValue(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": on}}}, "gpu.accel-dra.io", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := nodeplugin.NewOptions()
+		if err := o.NewFlagSet().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if o.ConsumableMemory != on {
+			t.Errorf("sharing.consumableMemory %v: plugin option %v (args %q)", on, o.ConsumableMemory, args)
+		}
+	}
+	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
+		t.Error("a non-boolean sharing.consumableMemory passed the schema")
+	}
+}
