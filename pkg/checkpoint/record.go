@@ -55,6 +55,18 @@ type Claim struct {
 	// back once it is not. New fields are omitempty so that a v1 claim encodes, and therefore
 	// checksums, exactly as v1 wrote it.
 	Owner string `json:"owner,omitempty"`
+	// Sharing is what the claim's GpuConfig.sharing set on its GPUs. A GPU-wide setting (a
+	// time-slice) is put back when the last claim needing it is unprepared; the record stays
+	// until that is done, so that a crash in between leaves the work to whoever removes the
+	// record next.
+	Sharing *Sharing `json:"sharing,omitempty"`
+}
+
+// Sharing is the sharing strategy a claim's GPUs were prepared with.
+type Sharing struct {
+	Strategy string `json:"strategy"`
+	// Interval is the time-slice interval of the TimeSlicing strategy.
+	Interval string `json:"interval,omitempty"`
 }
 
 // PreparedDevice is one allocated device of a claim and the CDI IDs handed to the kubelet for it.
@@ -115,7 +127,7 @@ func (c *Claim) validate() error {
 }
 
 func (c *Claim) hasV2Fields() bool {
-	if c.Owner != "" {
+	if c.Owner != "" || c.Sharing != nil {
 		return true
 	}
 	for _, d := range c.Devices {

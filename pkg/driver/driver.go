@@ -32,6 +32,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
 
@@ -57,6 +58,9 @@ type Options struct {
 	// ConsumableMemory publishes every GPU for consumable capacity (allowMultipleAllocations
 	// and a memory capacity with a request policy; sharing.go, docs/sharing.md).
 	ConsumableMemory bool
+	// TimeSlicer sets GPU time-slices for GpuConfig.sharing TimeSlicing; nil refuses that
+	// strategy (sharing.go).
+	TimeSlicer sharing.TimeSlicer
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -261,6 +265,14 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if existing != nil {
 		return toKubelet(existing), nil
 	}
+	if err := d.applySharing(ctx, rec); err != nil {
+		// applySharing has put back what it could; the rollback must not try again and
+		// keep the record for a GPU that refuses both.
+		undone := *rec
+		undone.Sharing = nil
+		d.rollback(ctx, &undone)
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	}
 	// The spec is written after the decision is published and outside the lock. A crash in
 	// between leaves a PrepareCompleted record without spec, which is a state every path
 	// already repairs from the record: start-up reconciliation re-creates the spec, and so does
@@ -310,8 +322,11 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 	}
-	env, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
+	env, share, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
 	if err != nil {
+		return nil, err
+	}
+	if rec.Sharing, err = d.planSharing(ref, rec, share); err != nil {
 		return nil, err
 	}
 	rec.Env = append(env, memoryLimitEnv(rec.Devices)...)
@@ -322,13 +337,14 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 // then claim configs, the later one winning. One CDI spec per claim carries one environment,
 // so requests of one claim that resolve to different settings are refused rather than given a
 // container environment that would be wrong for one of them.
-func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string) ([]string, error) {
+func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string) ([]string, *configapi.Sharing, error) {
 	ordered := append([]resourceapi.DeviceAllocationConfiguration(nil), configs...)
 	sort.SliceStable(ordered, func(i, j int) bool {
 		return ordered[i].Source == resourceapi.AllocationConfigSourceClass && ordered[j].Source != resourceapi.AllocationConfigSourceClass
 	})
 	var env []string
 	var envFrom string
+	var share *configapi.Sharing
 	for _, req := range stdslices.Compact(stdslices.Sorted(stdslices.Values(requests))) {
 		var raws [][]byte
 		for _, c := range ordered {
@@ -339,18 +355,18 @@ func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocatio
 		}
 		cfg, err := configapi.Resolve(d.kind, raws)
 		if err != nil {
-			return nil, fmt.Errorf("claim %s: request %s: invalid configuration for driver %s: %w", ref, req, d.opts.DriverName, err)
+			return nil, nil, fmt.Errorf("claim %s: request %s: invalid configuration for driver %s: %w", ref, req, d.opts.DriverName, err)
 		}
-		e := cfg.Env()
+		e, sh := cfg.Env(), sharingOf(cfg)
 		if envFrom == "" {
-			env, envFrom = e, req
+			env, share, envFrom = e, sh, req
 			continue
 		}
-		if strings.Join(e, "\n") != strings.Join(env, "\n") {
-			return nil, fmt.Errorf("claim %s: requests %s and %s resolve to different configurations; one claim's devices share one container environment, so put them in separate claims", ref, envFrom, req)
+		if strings.Join(e, "\n") != strings.Join(env, "\n") || !sameSharing(sh, share) {
+			return nil, nil, fmt.Errorf("claim %s: requests %s and %s resolve to different configurations; one claim's devices share one container environment, so put them in separate claims", ref, envFrom, req)
 		}
 	}
-	return env, nil
+	return env, share, nil
 }
 
 // appliesTo reports whether a config naming requests covers request req. A config that names
@@ -423,13 +439,16 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 			oc := d.claims[other]
 			if oc != nil && d.abandoned(l, oc) {
 				klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
-				if err := d.forget(l, oc); err != nil {
+				if err := d.forget(ctx, l, oc); err != nil {
 					return nil, err
 				}
 				continue
 			}
 			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s, which %s", ref, pd.Device, d.describe(other), conflict(&pd, oc))
 		}
+	}
+	if err := d.sharingConflict(ref, rec); err != nil {
+		return nil, err
 	}
 
 	if err := l.PutStaged(st); err != nil {
@@ -775,16 +794,19 @@ func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 	if found && cur.State != checkpoint.StatePrepareCompleted {
 		return
 	}
-	if err := d.forget(l, rec); err != nil {
+	if err := d.forget(ctx, l, rec); err != nil {
 		logger.Error(err, "Rollback", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
 }
 
 // forget removes every trace of a claim, under the lock: CDI spec, then record (once the record
 // is gone nothing would remove a leftover spec), then its entry in the index.
-func (d *Driver) forget(l *checkpoint.Locked, c *checkpoint.Claim) error {
+func (d *Driver) forget(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim) error {
 	if err := d.opts.CDI.Remove(c.UID); err != nil {
 		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
+	}
+	if err := d.releaseSharing(ctx, c); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	if err := l.Delete(c.UID); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
@@ -827,6 +849,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 		return err
 	}
 	defer l.Unlock()
+	if cur, found := d.indexed(string(c.UID)); found {
+		if err := d.releaseSharing(ctx, &cur); err != nil {
+			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
+		}
+	}
 	if err := l.Delete(string(c.UID)); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("claim %s: checkpoint: %w", c.NamespacedName, err)

@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -8,7 +10,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
+	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
@@ -110,4 +114,168 @@ func conflict(pd *checkpoint.PreparedDevice, oc *checkpoint.Claim) string {
 		return "holds a share of it; it cannot also be prepared for exclusive use"
 	}
 	return "holds it"
+}
+
+// sharingOf is a config's GpuConfig.sharing, nil for none or for another kind.
+func sharingOf(cfg configapi.Config) *configapi.Sharing {
+	if g, ok := cfg.(*configapi.GpuConfig); ok {
+		return g.Sharing
+	}
+	return nil
+}
+
+// sameSharing compares two sharing configs by their encoding: quantities that are equal may
+// differ in their cached string.
+func sameSharing(a, b *configapi.Sharing) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && string(ja) == string(jb)
+}
+
+// planSharing checks a claim's sharing configuration against its devices and this plugin, and
+// returns what its record keeps. Errors name the field.
+func (d *Driver) planSharing(ref string, rec *checkpoint.Claim, s *configapi.Sharing) (*checkpoint.Sharing, error) {
+	if s == nil {
+		return nil, nil
+	}
+	for _, pd := range rec.Devices {
+		if pd.AdminAccess {
+			return nil, fmt.Errorf("claim %s: sharing: device %s is allocated with admin access, which must not change how the GPU is shared by the workloads that hold it; remove sharing from the config of request %s", ref, pd.Device, pd.Request)
+		}
+	}
+	switch s.Strategy {
+	case configapi.StrategyTimeSlicing:
+		if d.opts.TimeSlicer == nil {
+			return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not available on node %s: the plugin has no nvidia-smi to set time-slices with (--nvidia-smi-path)", ref, s.Strategy, d.opts.NodeName)
+		}
+		return &checkpoint.Sharing{Strategy: string(s.Strategy), Interval: string(s.TimeSlicing.Interval)}, nil
+	default:
+		return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not supported by this version of the plugin (see docs/sharing.md)", ref, s.Strategy)
+	}
+}
+
+// sharingKey is what two claims on one GPU must agree on: the strategy and its GPU-wide
+// settings; "none" for a claim without sharing.
+func sharingKey(s *checkpoint.Sharing) string {
+	if s == nil {
+		return "none"
+	}
+	if s.Interval != "" {
+		return s.Strategy + " (interval " + s.Interval + ")"
+	}
+	return s.Strategy
+}
+
+// sharingConflict refuses rec if a claim holding a share of one of its GPUs was prepared with
+// another sharing strategy or time-slice: both are set on the whole GPU, so one of the two
+// claims would not get what it asked for. Called with the node lock held.
+func (d *Driver) sharingConflict(ref string, rec *checkpoint.Claim) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	mine := sharingKey(rec.Sharing)
+	for i := range rec.Devices {
+		pd := &rec.Devices[i]
+		if pd.ShareID == "" {
+			continue
+		}
+		others := make([]types.UID, 0, len(d.shares[d.ownerKey(pd)]))
+		for uid := range d.shares[d.ownerKey(pd)] {
+			if uid != types.UID(rec.UID) {
+				others = append(others, uid)
+			}
+		}
+		sort.Slice(others, func(i, j int) bool { return others[i] < others[j] })
+		for _, uid := range others {
+			oc := d.claims[uid]
+			if oc == nil {
+				continue
+			}
+			if theirs := sharingKey(oc.Sharing); theirs != mine {
+				return fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
+					ref, pd.Device, oc.Namespace, oc.Name, uid, theirs, ref, mine)
+			}
+		}
+	}
+	return nil
+}
+
+// timeSliced are the distinct GPUs (UUIDs) of c whose time-slice its sharing sets.
+func timeSliced(c *checkpoint.Claim) []string {
+	if c.Sharing == nil || c.Sharing.Strategy != string(configapi.StrategyTimeSlicing) {
+		return nil
+	}
+	var uuids []string
+	for _, pd := range c.Devices {
+		if !pd.AdminAccess && pd.UUID != "" && !slicesContains(uuids, pd.UUID) {
+			uuids = append(uuids, pd.UUID)
+		}
+	}
+	sort.Strings(uuids)
+	return uuids
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
+// back the GPUs it had already set, unless another claim needs them so.
+func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
+	uuids := timeSliced(rec)
+	for i, uuid := range uuids {
+		err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceInterval(rec.Sharing.Interval))
+		if err == nil {
+			klog.FromContext(ctx).V(2).Info("Set GPU time-slice", "claim", klog.KRef(rec.Namespace, rec.Name), "uuid", uuid, "interval", rec.Sharing.Interval)
+			continue
+		}
+		for _, done := range uuids[:i] {
+			if d.timeSliceNeeded(done, types.UID(rec.UID)) {
+				continue
+			}
+			if uerr := d.opts.TimeSlicer.SetTimeSlice(ctx, done, configapi.TimeSliceDefault); uerr != nil {
+				klog.FromContext(ctx).Error(uerr, "Putting back the default time-slice after a failed prepare", "uuid", done)
+			}
+		}
+		return fmt.Errorf("sharing.timeSlicing: setting interval %s on GPU %s: %w", rec.Sharing.Interval, uuid, err)
+	}
+	return nil
+}
+
+// timeSliceNeeded reports whether a claim other than self is prepared with time-slicing on GPU
+// uuid.
+func (d *Driver) timeSliceNeeded(uuid string, self types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, c := range d.claims {
+		if uid != self && slicesContains(timeSliced(c), uuid) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseSharing puts the default time-slice back on each GPU of c that no other claim needs
+// time-sliced, before c's record goes: if that fails the record stays, and the kubelet's next
+// unprepare (or start-up reconciliation, for a claim that is gone) tries again. Records of an
+// earlier boot are not in the index and need nothing: the driver reset the GPUs when it
+// loaded. Called with the node lock held.
+func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error {
+	if _, indexed := d.indexed(c.UID); !indexed {
+		return nil
+	}
+	for _, uuid := range timeSliced(c) {
+		if d.timeSliceNeeded(uuid, types.UID(c.UID)) {
+			continue
+		}
+		if err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceDefault); err != nil {
+			return fmt.Errorf("putting back the default time-slice of GPU %s: %w", uuid, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Put back the default GPU time-slice", "claim", klog.KRef(c.Namespace, c.Name), "uuid", uuid)
+	}
+	return nil
 }
