@@ -6,8 +6,8 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 )
 
-// TestConsumableMemoryValue: the chart value reaches the plugin as its flag, both ways.
-func TestConsumableMemoryValue(t *testing.T) {
+// TestSharingValues: the chart's sharing values reach the plugin as its flags.
+func TestSharingValues(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": on}}}, "gpu.accel-dra.io", nil)
 		if err != nil {
@@ -20,6 +20,17 @@ func TestConsumableMemoryValue(t *testing.T) {
 		if o.ConsumableMemory != on {
 			t.Errorf("sharing.consumableMemory %v: plugin option %v (args %q)", on, o.ConsumableMemory, args)
 		}
+	}
+	args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"nvidiaSMIPath": "/opt/nvidia/bin/nvidia-smi"}}}, "gpu.accel-dra.io", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := nodeplugin.NewOptions()
+	if err := o.NewFlagSet().Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if o.NVIDIASMIPath != "/opt/nvidia/bin/nvidia-smi" {
+		t.Errorf("sharing.nvidiaSMIPath: plugin option %q (args %q)", o.NVIDIASMIPath, args)
 	}
 	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
 		t.Error("a non-boolean sharing.consumableMemory passed the schema")

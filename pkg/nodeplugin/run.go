@@ -108,7 +108,7 @@ func Run(ctx context.Context, o *Options) error {
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
-		ConsumableMemory: o.ConsumableMemory,
+		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
 	})
 	if err != nil {
 		return err
