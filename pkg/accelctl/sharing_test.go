@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/slices"
@@ -121,4 +124,40 @@ func repeat(s string, n int) []string {
 		out[i] = s
 	}
 	return out
+}
+
+// TestSharingExample: docs/examples/gpu-sharing.yaml parses, its sharing config is valid, and
+// its memory-share pod fits a template of shared GPUs but asks what the example says.
+func TestSharingExample(t *testing.T) {
+	data, err := os.ReadFile("../../docs/examples/gpu-sharing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := ParseObjects(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Claims) != 1 || len(objs.Pods) != 3 || len(objs.Templates) != 1 {
+		t.Fatalf("example has %d claims, %d pods, %d templates; want 1, 3, 1", len(objs.Claims), len(objs.Pods), len(objs.Templates))
+	}
+	for _, c := range objs.Claims[0].Spec.Devices.Config {
+		if _, err := configapi.Decode(c.Opaque.Parameters.Raw); err != nil {
+			t.Errorf("example config: %v", err)
+		}
+	}
+	var pod *corev1.Pod
+	for _, p := range objs.Pods {
+		if p.Name == "memory-share" {
+			pod = p
+		}
+	}
+	shares := &Objects{Templates: objs.Templates, Pods: []*corev1.Pod{pod}}
+	claims, err := shares.ClaimsToAllocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: consumableAnnotations(t, 1), Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims})
+	if err != nil || !rep.Template.Fits {
+		t.Fatalf("memory-share pod does not fit one shared GPU: %v %+v", err, rep)
+	}
 }
