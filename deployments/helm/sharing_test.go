@@ -21,7 +21,7 @@ func TestSharingValues(t *testing.T) {
 			t.Errorf("sharing.consumableMemory %v: plugin option %v (args %q)", on, o.ConsumableMemory, args)
 		}
 	}
-	args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"nvidiaSMIPath": "/opt/nvidia/bin/nvidia-smi"}}}, "gpu.accel-dra.io", nil)
+	args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"nvidiaSMIPath": "/opt/nvidia/bin/nvidia-smi", "nvidiaMPSControlPath": "/opt/nvidia/bin/nvidia-cuda-mps-control"}}}, "gpu.accel-dra.io", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +29,8 @@ func TestSharingValues(t *testing.T) {
 	if err := o.NewFlagSet().Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	if o.NVIDIASMIPath != "/opt/nvidia/bin/nvidia-smi" {
-		t.Errorf("sharing.nvidiaSMIPath: plugin option %q (args %q)", o.NVIDIASMIPath, args)
+	if o.NVIDIASMIPath != "/opt/nvidia/bin/nvidia-smi" || o.NVIDIAMPSControlPath != "/opt/nvidia/bin/nvidia-cuda-mps-control" {
+		t.Errorf("sharing paths: plugin options %q %q (args %q)", o.NVIDIASMIPath, o.NVIDIAMPSControlPath, args)
 	}
 	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
 		t.Error("a non-boolean sharing.consumableMemory passed the schema")

@@ -67,6 +67,10 @@ type Sharing struct {
 	Strategy string `json:"strategy"`
 	// Interval is the time-slice interval of the TimeSlicing strategy.
 	Interval string `json:"interval,omitempty"`
+	// MPS: the daemon's default active thread percentage (0: none) and pinned memory limit
+	// per GPU UUID, in MiB, so that a daemon that has to be started again gets them again.
+	ActiveThreadPercentage int32            `json:"activeThreadPercentage,omitempty"`
+	PinnedMemoryMiB        map[string]int64 `json:"pinnedMemoryMiB,omitempty"`
 }
 
 // PreparedDevice is one allocated device of a claim and the CDI IDs handed to the kubelet for it.

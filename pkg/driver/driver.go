@@ -61,6 +61,8 @@ type Options struct {
 	// TimeSlicer sets GPU time-slices for GpuConfig.sharing TimeSlicing; nil refuses that
 	// strategy (sharing.go).
 	TimeSlicer sharing.TimeSlicer
+	// MPS runs the MPS control daemons of GpuConfig.sharing MPS; nil refuses that strategy.
+	MPS *sharing.MPS
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -329,7 +331,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 	if rec.Sharing, err = d.planSharing(ref, rec, share); err != nil {
 		return nil, err
 	}
-	rec.Env = append(env, memoryLimitEnv(rec.Devices)...)
+	rec.Env = append(append(env, memoryLimitEnv(rec.Devices)...), d.sharingEnv(rec)...)
 	return rec, nil
 }
 
@@ -716,7 +718,7 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: d.edits.Load(),
-		Control: d.opts.Inventory.ControlNodes, Env: rec.Env,
+		Control: d.opts.Inventory.ControlNodes, Env: rec.Env, Mounts: d.sharingMounts(rec),
 	})
 	if err != nil {
 		return fmt.Errorf("CDI spec: %w", err)

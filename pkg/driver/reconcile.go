@@ -142,6 +142,7 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 				rep.SpecsCreated = append(rep.SpecsCreated, c.UID)
 			}
 		}
+		d.ensureSharing(ctx, &c)
 		kept = append(kept, c)
 	}
 

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
 
@@ -149,8 +151,118 @@ func (d *Driver) planSharing(ref string, rec *checkpoint.Claim, s *configapi.Sha
 			return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not available on node %s: the plugin has no nvidia-smi to set time-slices with (--nvidia-smi-path)", ref, s.Strategy, d.opts.NodeName)
 		}
 		return &checkpoint.Sharing{Strategy: string(s.Strategy), Interval: string(s.TimeSlicing.Interval)}, nil
+	case configapi.StrategyMPS:
+		return d.planMPS(ref, rec, s.MPS)
 	default:
 		return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not supported by this version of the plugin (see docs/sharing.md)", ref, s.Strategy)
+	}
+}
+
+// planMPS checks an MPS config against the claim's devices and turns its limits into what the
+// daemon is told: per GPU UUID, in MiB (rounded up).
+func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
+	if d.opts.MPS == nil {
+		return nil, fmt.Errorf("claim %s: sharing.strategy: MPS is not available on node %s: the plugin has no nvidia-cuda-mps-control (--nvidia-mps-control-path)", ref, d.opts.NodeName)
+	}
+	for _, pd := range rec.Devices {
+		if pd.ShareID != "" {
+			return nil, fmt.Errorf("claim %s: sharing.strategy: MPS cannot be used on a share of device %s (consumable memory): the claim's MPS daemon would not serve the GPU's other claims", ref, pd.Device)
+		}
+	}
+	out := &checkpoint.Sharing{Strategy: string(configapi.StrategyMPS)}
+	if m == nil {
+		return out, nil
+	}
+	if m.DefaultActiveThreadPercentage != nil {
+		out.ActiveThreadPercentage = *m.DefaultActiveThreadPercentage
+	}
+	mib := func(q resource.Quantity) int64 { return (q.Value() + (1<<20 - 1)) >> 20 }
+	byName := map[string]string{}
+	for _, pd := range rec.Devices {
+		byName[pd.Device] = pd.UUID
+	}
+	limits := map[string]int64{}
+	if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
+		for _, u := range byName {
+			limits[u] = mib(*q)
+		}
+	}
+	names := make([]string, 0, len(m.DefaultPerDevicePinnedMemoryLimit))
+	for n := range m.DefaultPerDevicePinnedMemoryLimit {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		u, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("claim %s: sharing.mps.defaultPerDevicePinnedMemoryLimit[%s]: device %s is not one of the claim's devices", ref, n, n)
+		}
+		limits[u] = mib(m.DefaultPerDevicePinnedMemoryLimit[n])
+	}
+	if len(limits) > 0 {
+		out.PinnedMemoryMiB = limits
+	}
+	return out, nil
+}
+
+func isMPS(c *checkpoint.Claim) bool {
+	return c.Sharing != nil && c.Sharing.Strategy == string(configapi.StrategyMPS)
+}
+
+// gpuUUIDs are the distinct GPUs of c, sorted.
+func gpuUUIDs(c *checkpoint.Claim) []string {
+	var uuids []string
+	for _, pd := range c.Devices {
+		if !pd.AdminAccess && pd.UUID != "" && !slicesContains(uuids, pd.UUID) {
+			uuids = append(uuids, pd.UUID)
+		}
+	}
+	sort.Strings(uuids)
+	return uuids
+}
+
+// sharingEnv is what the claim's sharing adds to its containers' environment: the MPS daemon's
+// directories.
+func (d *Driver) sharingEnv(rec *checkpoint.Claim) []string {
+	if !isMPS(rec) || d.opts.MPS == nil {
+		return nil
+	}
+	pipe, log := d.opts.MPS.Dirs(rec.UID)
+	return []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
+}
+
+// sharingMounts are the claim's MPS directories, at the same paths in the container.
+func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
+	if !isMPS(rec) || d.opts.MPS == nil {
+		return nil
+	}
+	pipe, log := d.opts.MPS.Dirs(rec.UID)
+	return []*specs.Mount{
+		{HostPath: pipe, ContainerPath: pipe, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		{HostPath: log, ContainerPath: log, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+	}
+}
+
+func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
+	return sharing.MPSLimits{ActiveThreadPercentage: c.Sharing.ActiveThreadPercentage, PinnedMemoryMiB: c.Sharing.PinnedMemoryMiB}
+}
+
+// ensureSharing, at start-up, brings back what a prepared claim's sharing runs: its MPS daemon
+// is adopted if it outlived the plugin, or started again (with its limits) if it did not. A
+// failure is logged and left for the claim's unprepare: the claim's containers may already run.
+func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
+	if !isMPS(c) || d.opts.MPS == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	started, err := d.opts.MPS.Ensure(ctx, c.UID, gpuUUIDs(c), mpsLimits(c))
+	switch {
+	case err != nil:
+		logger.Error(err, "Cannot restart the MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
+	case started:
+		logger.Info("Restarted the MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
+	default:
+		logger.V(2).Info("Adopted the running MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
 	}
 }
 
@@ -226,6 +338,14 @@ func slicesContains(s []string, v string) bool {
 // applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
 // back the GPUs it had already set, unless another claim needs them so.
 func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
+	if isMPS(rec) {
+		if _, err := d.opts.MPS.Ensure(ctx, rec.UID, gpuUUIDs(rec), mpsLimits(rec)); err != nil {
+			_ = d.opts.MPS.Stop(ctx, rec.UID)
+			return fmt.Errorf("sharing.mps: %w", err)
+		}
+		klog.FromContext(ctx).V(2).Info("Started MPS control daemon", "claim", klog.KRef(rec.Namespace, rec.Name))
+		return nil
+	}
 	uuids := timeSliced(rec)
 	for i, uuid := range uuids {
 		err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceInterval(rec.Sharing.Interval))
@@ -267,6 +387,12 @@ func (d *Driver) timeSliceNeeded(uuid string, self types.UID) bool {
 func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error {
 	if _, indexed := d.indexed(c.UID); !indexed {
 		return nil
+	}
+	if isMPS(c) && d.opts.MPS != nil {
+		if err := d.opts.MPS.Stop(ctx, c.UID); err != nil {
+			return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
+		}
+		klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name))
 	}
 	for _, uuid := range timeSliced(c) {
 		if d.timeSliceNeeded(uuid, types.UID(c.UID)) {

@@ -167,9 +167,9 @@ func TestSharingRefused(t *testing.T) {
 		claim *resourceapi.ResourceClaim
 		want  string
 	}{
-		"admin access": {claim("r1", []result{{Device: "gpu-0", Admin: true}}, timeSliceLong), "sharing: device gpu-0 is allocated with admin access"},
-		"MPS":          {claim("r2", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`)), "sharing.strategy: MPS is not supported"},
-		"bad interval": {claim("r3", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}`)), "sharing.timeSlicing.interval: Unsupported value"},
+		"admin access":              {claim("r1", []result{{Device: "gpu-0", Admin: true}}, timeSliceLong), "sharing: device gpu-0 is allocated with admin access"},
+		"MPS without daemon binary": {claim("r2", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`)), "sharing.strategy: MPS is not available on node node-a: the plugin has no nvidia-cuda-mps-control (--nvidia-mps-control-path)"},
+		"bad interval":              {claim("r3", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}`)), "sharing.timeSlicing.interval: Unsupported value"},
 		"nvidia-smi fails": {claim("r4", []result{{Device: "gpu-0"}, {Device: "gpu-1"}}, timeSliceLong),
 			"sharing.timeSlicing: setting interval Long on GPU " + u1},
 	} {

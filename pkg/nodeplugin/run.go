@@ -109,6 +109,7 @@ func Run(ctx context.Context, o *Options) error {
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
+		MPS: mpsControl(o, src, inv.Kind),
 	})
 	if err != nil {
 		return err

@@ -22,3 +22,20 @@ func timeSlicer(o *Options, src *driverSource, kind device.Kind) sharing.TimeSli
 	}
 	return smi
 }
+
+// mpsControl runs MPS daemons with the driver's nvidia-cuda-mps-control, under the plugin data
+// directory (the same path on the host, where the containers' mounts come from); nil for NPUs
+// and for a node without driver files and without --nvidia-mps-control-path.
+func mpsControl(o *Options, src *driverSource, kind device.Kind) *sharing.MPS {
+	if kind != device.KindGPU || o.NVIDIAMPSControlPath == "" && src.root == "" {
+		return nil
+	}
+	m := &sharing.MPS{Control: o.NVIDIAMPSControlPath, Root: filepath.Join(o.PluginDataDir, "mps")}
+	if src.root != "" {
+		m.LibraryPath = sharing.DriverLibraryDirs(src.root)
+	}
+	if m.Control == "" {
+		m.Control = filepath.Join(src.root, "usr/bin/nvidia-cuda-mps-control")
+	}
+	return m
+}
