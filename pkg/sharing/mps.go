@@ -48,7 +48,7 @@ func (m MPS) Dirs(claimUID string) (pipe, log string) {
 
 func (m MPS) pidFile(claimUID string) string { return filepath.Join(m.Root, claimUID, "pid") }
 
-// Running returns the pid of the claim's daemon if it is alive.
+// Running returns the pid of the claim's daemon if it is alive and is the claim's daemon.
 func (m MPS) Running(claimUID string) (int, bool) {
 	b, err := os.ReadFile(m.pidFile(claimUID))
 	if err != nil {
@@ -66,6 +66,17 @@ func (m MPS) Running(claimUID string) (int, bool) {
 		if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
 			return 0, false
 		}
+	}
+	// The pid file may be older than the process that has its pid now (a reboot, a new pid
+	// namespace after a container restart): only a process started with this claim's pipe
+	// directory is its daemon, and only that one may be adopted or stopped.
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return 0, false
+	}
+	pipe, _ := m.Dirs(claimUID)
+	if !bytes.Contains(append([]byte{0}, environ...), []byte("\x00CUDA_MPS_PIPE_DIRECTORY="+pipe+"\x00")) {
+		return 0, false
 	}
 	return pid, true
 }
@@ -113,6 +124,7 @@ func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(filepath.Join(m.Root, claimUID))
 		return false, fmt.Errorf("starting %s -f: %w", m.Control, err)
 	}
 	// Reap it if it ends while this process lives; after a restart init does.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -53,9 +54,27 @@ func TestMPSDaemon(t *testing.T) {
 	if err := m.Stop(ctx, "c1"); err != nil {
 		t.Errorf("Stop of a stopped claim: %v", err)
 	}
+	// A pid file naming a live process that is not the claim's daemon (the pid was reused after
+	// a reboot or in a new pid namespace): it is neither adopted nor stopped.
+	pipe, _ := m.Dirs("c3")
+	if err := os.MkdirAll(pipe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Root, "c3", "pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Running("c3"); ok {
+		t.Error("a foreign process counts as the claim's daemon")
+	}
+	if err := m.Stop(ctx, "c3"); err != nil {
+		t.Fatal(err)
+	}
 	// A control binary that cannot start a daemon is an error, and leaves nothing.
 	bad := MPS{Control: filepath.Join(t.TempDir(), "missing"), Root: m.Root}
 	if _, err := bad.Ensure(ctx, "c2", nil, MPSLimits{}); err == nil {
 		t.Error("Ensure with a missing binary succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(m.Root, "c2")); !os.IsNotExist(err) {
+		t.Errorf("a daemon that did not start left its directory: %v", err)
 	}
 }
