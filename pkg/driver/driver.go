@@ -484,6 +484,7 @@ func (d *Driver) restore(ctx context.Context, l *checkpoint.Locked, cur *checkpo
 			return nil, fmt.Errorf("claim %s: re-creating CDI spec: %w", ref, err)
 		}
 	}
+	d.ensureSharing(ctx, cur)
 	return cur, nil
 }
 

@@ -97,6 +97,24 @@ func TestMPS(t *testing.T) {
 	}
 	checkLog("restart")
 
+	// The kubelet's prepare of a prepared claim (after its own restart) also brings a dead
+	// daemon back.
+	if err := syscall.Kill(again, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok := m.Running("m1"); !ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := e.prepare(c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if third, ok := m.Running("m1"); !ok || third == again {
+		t.Fatalf("after prepare of a prepared claim whose daemon died: running %v pid %d", ok, third)
+	}
+
 	if err := e.unprepare("m1"); err != nil {
 		t.Fatal(err)
 	}

@@ -247,9 +247,11 @@ func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
 	return sharing.MPSLimits{ActiveThreadPercentage: c.Sharing.ActiveThreadPercentage, PinnedMemoryMiB: c.Sharing.PinnedMemoryMiB}
 }
 
-// ensureSharing, at start-up, brings back what a prepared claim's sharing runs: its MPS daemon
-// is adopted if it outlived the plugin, or started again (with its limits) if it did not. A
-// failure is logged and left for the claim's unprepare: the claim's containers may already run.
+// ensureSharing, at start-up and when the kubelet prepares a prepared claim again, brings back
+// what a prepared claim's sharing runs: its MPS daemon is adopted if it outlived the plugin, or
+// started again (with its limits) if it did not. A failure is logged and left for the claim's
+// unprepare: the claim's containers may already run. Both callers hold the node lock; starting
+// a daemon is rare and takes only until its control pipe exists.
 func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
 	if !isMPS(c) || d.opts.MPS == nil {
 		return
