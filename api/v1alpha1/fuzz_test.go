@@ -16,6 +16,8 @@ func FuzzDecode(f *testing.F) {
 		`{"apiVersion":"accel-dra.io/v1alpha1","kind":"WatchEvent"}`,
 		`{"kind":"GpuConfig"}`,
 		`null`, `[]`, ``, `{`,
+		gpuJSON(`,"sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`),
+		gpuJSON(`,"sharing":{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":50,"defaultPinnedDeviceMemoryLimit":"10Gi","defaultPerDevicePinnedMemoryLimit":{"gpu-1":"20Gi"}}}`),
 	} {
 		f.Add([]byte(seed))
 	}
@@ -35,7 +37,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decoding %s: %v", enc, err)
 		}
-		if diff := cmp.Diff(cfg, again); diff != "" {
+		if diff := cmp.Diff(cfg, again, quantities); diff != "" {
 			t.Errorf("round trip changed the config (-first +second):\n%s\ninput: %q", diff, data)
 		}
 		_ = cfg.Env()

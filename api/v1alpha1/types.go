@@ -69,6 +69,10 @@ type GpuConfig struct {
 	// DriverCapabilities become NVIDIA_DRIVER_CAPABILITIES: which driver libraries and tools the
 	// NVIDIA container toolkit mounts. Default: compute, utility. Each value at most once.
 	DriverCapabilities []string `json:"driverCapabilities,omitempty"`
+	// Sharing sets how the claim's GPUs are shared between the processes of the containers
+	// using it (docs/sharing.md). Default: none, CUDA's own behaviour with the GPU's settings
+	// as they are.
+	Sharing *Sharing `json:"sharing,omitempty"`
 }
 
 // Ascend runtime options, as the Ascend container runtime understands them in
@@ -113,11 +117,18 @@ func (c *GpuConfig) Default() {
 	if len(c.DriverCapabilities) == 0 {
 		c.DriverCapabilities = slices.Clone(DefaultDriverCapabilities)
 	}
+	if c.Sharing != nil {
+		c.Sharing.Default()
+	}
 }
 
 // Validate implements Config.
 func (c *GpuConfig) Validate() error {
-	return validateSet(field.NewPath("driverCapabilities"), c.DriverCapabilities, SupportedDriverCapabilities).ToAggregate()
+	errs := validateSet(field.NewPath("driverCapabilities"), c.DriverCapabilities, SupportedDriverCapabilities)
+	if c.Sharing != nil {
+		errs = append(errs, c.Sharing.Validate(field.NewPath("sharing"))...)
+	}
+	return errs.ToAggregate()
 }
 
 // Env implements Config. The values keep the user's order: it is theirs, and the toolkit does not
@@ -137,6 +148,7 @@ func (c *GpuConfig) DeepCopyObject() runtime.Object {
 	}
 	out := *c
 	out.DriverCapabilities = slices.Clone(c.DriverCapabilities)
+	out.Sharing = c.Sharing.DeepCopy()
 	return &out
 }
 

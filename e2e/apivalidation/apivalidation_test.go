@@ -202,7 +202,36 @@ func TestAgainstAPIServer(t *testing.T) {
 			s.SkipNodeOperations = []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationNodePrepareResources, resourceapi.SkipNodeOperationNodeUnprepareResources}
 		}),
 
+		"published slice, consumable memory": publishedConsumable(t, "h100-8x-2numa"),
+		"request policy, default only":       policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi")}),
+		"request policy, values":             policy(resourceapi.CapacityRequestPolicy{Default: qty("20Gi"), ValidValues: qtys("10Gi", "20Gi", "40Gi")}),
+		"request policy, range with step":    policy(resourceapi.CapacityRequestPolicy{Default: qty("2Gi"), ValidRange: rng(qty("1Gi"), qty("80Gi"), qty("1Gi"))}),
+		"request policy, fractional range":   policy(resourceapi.CapacityRequestPolicy{Default: qty("1500m"), ValidRange: rng(qty("500m"), nil, qty("500m"))}),
+		"multiple allocations, no policy": spec(func(s *resourceapi.ResourceSliceSpec) {
+			s.Devices[0].AllowMultipleAllocations = ptr.To(true)
+		}),
+
 		// Invalid.
+		"request policy, values and range":       policy(resourceapi.CapacityRequestPolicy{Default: qty("10Gi"), ValidValues: qtys("10Gi"), ValidRange: rng(qty("1Gi"), nil, nil)}),
+		"request policy, values without default": policy(resourceapi.CapacityRequestPolicy{ValidValues: qtys("10Gi")}),
+		"request policy, range without default":  policy(resourceapi.CapacityRequestPolicy{ValidRange: rng(qty("1Gi"), nil, nil)}),
+		"request policy, default not a value":    policy(resourceapi.CapacityRequestPolicy{Default: qty("5Gi"), ValidValues: qtys("10Gi")}),
+		"request policy, values unsorted":        policy(resourceapi.CapacityRequestPolicy{Default: qty("10Gi"), ValidValues: qtys("20Gi", "10Gi")}),
+		"request policy, value above capacity":   policy(resourceapi.CapacityRequestPolicy{Default: qty("10Gi"), ValidValues: qtys("10Gi", "100Gi")}),
+		"request policy, duplicate value":        policy(resourceapi.CapacityRequestPolicy{Default: qty("10Gi"), ValidValues: qtys("10Gi", "10240Mi")}),
+		"request policy, 11 values": policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi"),
+			ValidValues: qtys("1Gi", "2Gi", "3Gi", "4Gi", "5Gi", "6Gi", "7Gi", "8Gi", "9Gi", "10Gi", "11Gi")}),
+		"request policy, range without min":        policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi"), ValidRange: rng(nil, nil, nil)}),
+		"request policy, min above capacity":       policy(resourceapi.CapacityRequestPolicy{Default: qty("90Gi"), ValidRange: rng(qty("90Gi"), nil, nil)}),
+		"request policy, default below min":        policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi"), ValidRange: rng(qty("2Gi"), nil, nil)}),
+		"request policy, min above max":            policy(resourceapi.CapacityRequestPolicy{Default: qty("2Gi"), ValidRange: rng(qty("2Gi"), qty("1Gi"), nil)}),
+		"request policy, max above capacity":       policy(resourceapi.CapacityRequestPolicy{Default: qty("2Gi"), ValidRange: rng(qty("1Gi"), qty("81Gi"), nil)}),
+		"request policy, default above max":        policy(resourceapi.CapacityRequestPolicy{Default: qty("3Gi"), ValidRange: rng(qty("1Gi"), qty("2Gi"), nil)}),
+		"request policy, zero step":                policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi"), ValidRange: rng(qty("1Gi"), nil, qty("0"))}),
+		"request policy, step above capacity":      policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi"), ValidRange: rng(qty("1Gi"), nil, qty("80Gi"))}),
+		"request policy, default off step":         policy(resourceapi.CapacityRequestPolicy{Default: qty("1536Mi"), ValidRange: rng(qty("1Gi"), nil, qty("1Gi"))}),
+		"request policy, max off step":             policy(resourceapi.CapacityRequestPolicy{Default: qty("1Gi"), ValidRange: rng(qty("1Gi"), qty("1536Mi"), qty("1Gi"))}),
+		"request policy, step below a milli":       policy(resourceapi.CapacityRequestPolicy{Default: qty("1"), ValidRange: rng(qty("1"), nil, qty("1u"))}),
 		"129 devices":                              spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(129) }),
 		"65 devices, one tainted":                  spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, taint) }),
 		"65 devices, one consuming counters":       spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, consume) }),
@@ -308,6 +337,40 @@ func TestAgainstAPIServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+func qty(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+
+func qtys(ss ...string) []resource.Quantity {
+	out := make([]resource.Quantity, len(ss))
+	for i, s := range ss {
+		out[i] = *qty(s)
+	}
+	return out
+}
+
+func rng(min, max, step *resource.Quantity) *resourceapi.CapacityRequestPolicyRange {
+	return &resourceapi.CapacityRequestPolicyRange{Min: min, Max: max, Step: step}
+}
+
+// policy is a slice whose one device (80Gi of memory) allows multiple allocations and has p
+// on its memory.
+func policy(p resourceapi.CapacityRequestPolicy) resourceapi.ResourceSliceSpec {
+	return spec(func(s *resourceapi.ResourceSliceSpec) {
+		s.Devices[0].AllowMultipleAllocations = ptr.To(true)
+		c := s.Devices[0].Capacity["memory"]
+		c.RequestPolicy = &p
+		s.Devices[0].Capacity["memory"] = c
+	})
+}
+
+// publishedConsumable is what the plugin publishes with --consumable-memory.
+func publishedConsumable(t *testing.T, profile string) resourceapi.ResourceSliceSpec {
+	s := published(t, profile)
+	for i := range s.Devices {
+		slices.ConsumableMemory(&s.Devices[i])
+	}
+	return s
 }
 
 func withDevicesN(mut func(*resourceapi.Device)) resourceapi.ResourceSliceSpec {

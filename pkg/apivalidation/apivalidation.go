@@ -49,8 +49,8 @@ func Device(dev *resourceapi.Device) error {
 			if !multi {
 				return fmt.Errorf("capacity %q: requestPolicy needs allowMultipleAllocations", name)
 			}
-			if len(p.ValidValues) > 0 && p.ValidRange != nil {
-				return fmt.Errorf("capacity %q: requestPolicy has both validValues and validRange", name)
+			if err := RequestPolicy(c.Value, p); err != nil {
+				return fmt.Errorf("capacity %q: requestPolicy: %w", name, err)
 			}
 		}
 	}

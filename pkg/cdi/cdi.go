@@ -141,6 +141,8 @@ type Claim struct {
 	// Env is the claim's configuration; the driver makes sure it is the same for every
 	// request, so it belongs to the spec-wide edits.
 	Env []string
+	// Mounts are the claim's own mounts (an MPS daemon's directories), after the common ones.
+	Mounts []*specs.Mount
 }
 
 // Build returns the spec of a claim. Each allocated device becomes one CDI device with its
@@ -260,6 +262,7 @@ func (w *Writer) claimEdits(c Claim) (specs.ContainerEdits, error) {
 		return edits, err
 	}
 	edits.Env = merged
+	edits.Mounts = append(slices.Clone(edits.Mounts), c.Mounts...)
 	edits.DeviceNodes = deviceNodes(c.Control)
 	return edits, nil
 }

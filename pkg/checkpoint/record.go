@@ -10,6 +10,8 @@ import (
 	"io"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -53,6 +55,22 @@ type Claim struct {
 	// back once it is not. New fields are omitempty so that a v1 claim encodes, and therefore
 	// checksums, exactly as v1 wrote it.
 	Owner string `json:"owner,omitempty"`
+	// Sharing is what the claim's GpuConfig.sharing set on its GPUs. A GPU-wide setting (a
+	// time-slice) is put back when the last claim needing it is unprepared; the record stays
+	// until that is done, so that a crash in between leaves the work to whoever removes the
+	// record next.
+	Sharing *Sharing `json:"sharing,omitempty"`
+}
+
+// Sharing is the sharing strategy a claim's GPUs were prepared with.
+type Sharing struct {
+	Strategy string `json:"strategy"`
+	// Interval is the time-slice interval of the TimeSlicing strategy.
+	Interval string `json:"interval,omitempty"`
+	// MPS: the daemon's default active thread percentage (0: none) and pinned memory limit
+	// per GPU UUID, in MiB, so that a daemon that has to be started again gets them again.
+	ActiveThreadPercentage int32            `json:"activeThreadPercentage,omitempty"`
+	PinnedMemoryMiB        map[string]int64 `json:"pinnedMemoryMiB,omitempty"`
 }
 
 // PreparedDevice is one allocated device of a claim and the CDI IDs handed to the kubelet for it.
@@ -72,6 +90,11 @@ type PreparedDevice struct {
 	// before it is created (intent) and again as each part of it comes into being, so that a
 	// restart after a crash knows what it may have to destroy.
 	MIG *MIGRecord `json:"mig,omitempty"`
+	// ShareID is set for a share of a device that allows multiple allocations (consumable
+	// capacity): the device is held by every claim with a share of it, and by none exclusively.
+	// ConsumedCapacity is what the share got, as the scheduler allocated it.
+	ShareID          string                       `json:"shareID,omitempty"`
+	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity,omitempty"`
 }
 
 // MIGRecord is a MIG instance a claim's preparation creates. Profile and placement are the
@@ -127,11 +150,11 @@ func (c *Claim) validate() error {
 }
 
 func (c *Claim) hasV2Fields() bool {
-	if c.Owner != "" {
+	if c.Owner != "" || c.Sharing != nil {
 		return true
 	}
 	for _, d := range c.Devices {
-		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess || d.MIG != nil {
+		if d.UUID != "" || len(d.Nodes) > 0 || d.AdminAccess || d.MIG != nil || d.ShareID != "" || len(d.ConsumedCapacity) > 0 {
 			return true
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
 
@@ -57,6 +58,14 @@ type Options struct {
 	// MIG creates and destroys MIG instances for dynamic-MIG devices (mig.go); nil when
 	// dynamic MIG is off, and then the inventory has no dynamic-MIG devices.
 	MIG device.Partitioner
+	// ConsumableMemory publishes every GPU for consumable capacity (allowMultipleAllocations
+	// and a memory capacity with a request policy; sharing.go, docs/sharing.md).
+	ConsumableMemory bool
+	// TimeSlicer sets GPU time-slices for GpuConfig.sharing TimeSlicing; nil refuses that
+	// strategy (sharing.go).
+	TimeSlicer sharing.TimeSlicer
+	// MPS runs the MPS control daemons of GpuConfig.sharing MPS; nil refuses that strategy.
+	MPS *sharing.MPS
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -96,6 +105,9 @@ type Driver struct {
 	mu     sync.Mutex
 	claims map[types.UID]*checkpoint.Claim // every record of this boot, either state
 	owner  map[string]types.UID            // device UUID -> claim holding it (admin access holds nothing)
+	// shares are the claims holding a share of a device that allows multiple allocations
+	// (sharing.go), by device UUID; a device is in owner or in shares, never in both.
+	shares map[string]map[types.UID]bool
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
@@ -123,6 +135,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		claims:      map[types.UID]*checkpoint.Claim{},
 		owner:       map[string]types.UID{},
 		inflight:    map[types.UID]bool{},
+		shares:      map[string]map[types.UID]bool{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
@@ -204,7 +217,7 @@ func (d *Driver) Close() {
 // (the build is deterministic) rather than kept: the helper holds its own copy, and a second
 // one would double the plugin's largest allocation on nodes with many devices.
 func (d *Driver) Resources() resourceslice.DriverResources {
-	return slices.Build(d.opts.Inventory, d.opts.NodeName, d.sliceOptions()...).Resources
+	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(d.sliceOptions(), d.shareOptions()...)...).Resources
 }
 
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this
@@ -273,6 +286,14 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 		}
 	}
+	if err := d.applySharing(ctx, rec); err != nil {
+		// applySharing has put back what it could; the rollback must not try again and
+		// keep the record for a GPU that refuses both.
+		undone := *rec
+		undone.Sharing = nil
+		d.rollback(ctx, &undone)
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	}
 	// The spec is written after the decision is published and outside the lock. A crash in
 	// between leaves a PrepareCompleted record without spec, which is a state every path
 	// already repairs from the record: start-up reconciliation re-creates the spec, and so does
@@ -321,14 +342,18 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 		if dev.MIG != nil && dev.MIG.Dynamic {
 			rec.Devices[len(rec.Devices)-1].MIG = migIntent(dev)
 		}
+		share(&rec.Devices[len(rec.Devices)-1], &r)
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 	}
-	env, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
+	env, share, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
 	if err != nil {
 		return nil, err
 	}
-	rec.Env = env
+	if rec.Sharing, err = d.planSharing(ref, rec, share); err != nil {
+		return nil, err
+	}
+	rec.Env = append(append(env, memoryLimitEnv(rec.Devices)...), d.sharingEnv(rec)...)
 	return rec, nil
 }
 
@@ -336,13 +361,14 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 // then claim configs, the later one winning. One CDI spec per claim carries one environment,
 // so requests of one claim that resolve to different settings are refused rather than given a
 // container environment that would be wrong for one of them.
-func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string) ([]string, error) {
+func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string) ([]string, *configapi.Sharing, error) {
 	ordered := append([]resourceapi.DeviceAllocationConfiguration(nil), configs...)
 	sort.SliceStable(ordered, func(i, j int) bool {
 		return ordered[i].Source == resourceapi.AllocationConfigSourceClass && ordered[j].Source != resourceapi.AllocationConfigSourceClass
 	})
 	var env []string
 	var envFrom string
+	var share *configapi.Sharing
 	for _, req := range stdslices.Compact(stdslices.Sorted(stdslices.Values(requests))) {
 		var raws [][]byte
 		for _, c := range ordered {
@@ -353,18 +379,18 @@ func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocatio
 		}
 		cfg, err := configapi.Resolve(d.kind, raws)
 		if err != nil {
-			return nil, fmt.Errorf("claim %s: request %s: invalid configuration for driver %s: %w", ref, req, d.opts.DriverName, err)
+			return nil, nil, fmt.Errorf("claim %s: request %s: invalid configuration for driver %s: %w", ref, req, d.opts.DriverName, err)
 		}
-		e := cfg.Env()
+		e, sh := cfg.Env(), sharingOf(cfg)
 		if envFrom == "" {
-			env, envFrom = e, req
+			env, share, envFrom = e, sh, req
 			continue
 		}
-		if strings.Join(e, "\n") != strings.Join(env, "\n") {
-			return nil, fmt.Errorf("claim %s: requests %s and %s resolve to different configurations; one claim's devices share one container environment, so put them in separate claims", ref, envFrom, req)
+		if strings.Join(e, "\n") != strings.Join(env, "\n") || !sameSharing(sh, share) {
+			return nil, nil, fmt.Errorf("claim %s: requests %s and %s resolve to different configurations; one claim's devices share one container environment, so put them in separate claims", ref, envFrom, req)
 		}
 	}
-	return env, nil
+	return env, share, nil
 }
 
 // appliesTo reports whether a config naming requests covers request req. A config that names
@@ -436,19 +462,26 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		if pd.AdminAccess {
 			continue
 		}
-		other, held := d.owner[d.ownerKey(&pd)]
-		if !held || other == types.UID(rec.UID) {
-			continue
-		}
-		oc := d.claims[other]
-		if oc != nil && d.abandoned(l, oc) {
-			klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
-			if err := d.forget(l, oc); err != nil {
-				return nil, err
+		// A device may have several holders (shares); each abandoned one is rolled back and
+		// the next looked at, until a live one refuses or none is left.
+		for {
+			other, held := d.holder(&pd, types.UID(rec.UID))
+			if !held {
+				break
 			}
-			continue
+			oc := d.claims[other]
+			if oc != nil && d.abandoned(l, oc) {
+				klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
+				if err := d.forget(ctx, l, oc); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s, which %s", ref, pd.Device, d.describe(other), conflict(&pd, oc))
 		}
-		return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s", ref, pd.Device, d.describe(other))
+	}
+	if err := d.sharingConflict(ref, rec); err != nil {
+		return nil, err
 	}
 	// Partitions of a MIG-mode GPU overlap without sharing a device name.
 	if err := d.migConflict(ctx, l, rec); err != nil {
@@ -528,6 +561,7 @@ func (d *Driver) restore(ctx context.Context, l *checkpoint.Locked, cur *checkpo
 			return nil, fmt.Errorf("claim %s: re-creating CDI spec: %w", ref, err)
 		}
 	}
+	d.ensureSharing(ctx, cur)
 	return cur, nil
 }
 
@@ -686,6 +720,7 @@ func (d *Driver) reindex(claims []checkpoint.Claim) {
 	d.mu.Lock()
 	d.claims = make(map[types.UID]*checkpoint.Claim, len(claims))
 	d.owner = make(map[string]types.UID, len(claims))
+	d.shares = map[string]map[types.UID]bool{}
 	d.completed = 0
 	d.mu.Unlock()
 	for i := range claims {
@@ -705,8 +740,17 @@ func (d *Driver) index(c *checkpoint.Claim) {
 		d.completed++
 	}
 	for i := range cp.Devices {
-		if !cp.Devices[i].AdminAccess {
-			d.owner[d.ownerKey(&cp.Devices[i])] = uid
+		pd := &cp.Devices[i]
+		switch {
+		case pd.AdminAccess:
+		case pd.ShareID != "":
+			k := d.ownerKey(pd)
+			if d.shares[k] == nil {
+				d.shares[k] = map[types.UID]bool{}
+			}
+			d.shares[k][uid] = true
+		default:
+			d.owner[d.ownerKey(pd)] = uid
 		}
 	}
 	d.opts.Metrics.PreparedClaims.Set(float64(d.completed))
@@ -725,8 +769,15 @@ func (d *Driver) unindexLocked(uid types.UID) {
 			d.completed--
 		}
 		for i := range c.Devices {
-			if k := d.ownerKey(&c.Devices[i]); d.owner[k] == uid {
+			k := d.ownerKey(&c.Devices[i])
+			if d.owner[k] == uid {
 				delete(d.owner, k)
+			}
+			if held := d.shares[k]; held[uid] {
+				delete(held, uid)
+				if len(held) == 0 {
+					delete(d.shares, k)
+				}
 			}
 		}
 	}
@@ -751,7 +802,7 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: d.edits.Load(),
-		Control: d.opts.Inventory.ControlNodes, Env: rec.Env,
+		Control: d.opts.Inventory.ControlNodes, Env: rec.Env, Mounts: d.sharingMounts(rec),
 	})
 	if err != nil {
 		return fmt.Errorf("CDI spec: %w", err)
@@ -830,18 +881,21 @@ func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 	if found && cur.State != checkpoint.StatePrepareCompleted && cur.Owner != d.instance {
 		return
 	}
-	if err := d.forget(l, rec); err != nil {
+	if err := d.forget(ctx, l, rec); err != nil {
 		logger.Error(err, "Rollback", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
 }
 
 // forget removes every trace of a claim, under the lock: CDI spec, then record (once the record
 // is gone nothing would remove a leftover spec), then its entry in the index.
-func (d *Driver) forget(l *checkpoint.Locked, c *checkpoint.Claim) error {
+func (d *Driver) forget(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim) error {
 	if err := d.opts.CDI.Remove(c.UID); err != nil {
 		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
 	}
-	if err := d.releaseMIG(context.TODO(), c); err != nil {
+	if err := d.releaseSharing(ctx, c); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if err := d.releaseMIG(ctx, c); err != nil {
 		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	if err := l.Delete(c.UID); err != nil {
@@ -888,6 +942,9 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 	// MIG instances go before the record: a crash in between leaves a record whose instances
 	// are gone, which the next unprepare completes; the other order could leak them.
 	if cur, found := d.indexed(string(c.UID)); found {
+		if err := d.releaseSharing(ctx, &cur); err != nil {
+			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
+		}
 		if err := d.releaseMIG(ctx, &cur); err != nil {
 			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
 		}
@@ -916,12 +973,17 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 func toKubelet(rec *checkpoint.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
 	for _, pd := range rec.Devices {
-		out = append(out, kubeletplugin.Device{
+		dev := kubeletplugin.Device{
 			Requests:     []string{pd.Request},
 			PoolName:     pd.Pool,
 			DeviceName:   pd.Device,
 			CDIDeviceIDs: append([]string(nil), pd.CDIDeviceIDs...),
-		})
+		}
+		if pd.ShareID != "" {
+			id := types.UID(pd.ShareID)
+			dev.ShareID = &id
+		}
+		out = append(out, dev)
 	}
 	return out
 }

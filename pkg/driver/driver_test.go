@@ -56,6 +56,8 @@ type env struct {
 	metrics *metrics.Plugin
 	boot    string
 	driver  string // default driverName
+	// tweak, if set, changes the driver's options on every start.
+	tweak func(*Options)
 }
 
 type eventLog struct{ msgs []string }
@@ -85,10 +87,14 @@ func (e *env) start() *ReconcileReport {
 		// The previous process is gone; its instance lock goes with it.
 		e.drv.Close()
 	}
-	e.drv, err = New(e.ctx, Options{
+	opts := Options{
 		DriverName: e.driver, NodeName: nodeName, Inventory: e.inv,
 		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Kube: e.kube, Events: e.events,
-	})
+	}
+	if e.tweak != nil {
+		e.tweak(&opts)
+	}
+	e.drv, err = New(e.ctx, opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ others:
 				}
 				if d.abandoned(l, oc) {
 					klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its MIG slices", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner)
-					if err := d.forget(l, oc); err != nil {
+					if err := d.forget(ctx, l, oc); err != nil {
 						return err
 					}
 					continue others

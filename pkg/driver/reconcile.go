@@ -106,7 +106,7 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 	}
 	d.reindex(loaded.Claims)
 	for i := range loaded.Stale {
-		if err := d.forget(l, &loaded.Stale[i]); err != nil {
+		if err := d.forget(ctx, l, &loaded.Stale[i]); err != nil {
 			return nil, err
 		}
 		rep.Stale = append(rep.Stale, loaded.Stale[i].UID)
@@ -123,7 +123,7 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 				continue
 			}
 			logger.Info("Rolling back half-prepared claim", "claim", ref)
-			if err := d.forget(l, &c); err != nil {
+			if err := d.forget(ctx, l, &c); err != nil {
 				return nil, err
 			}
 			rep.RolledBack = append(rep.RolledBack, c.UID)
@@ -147,6 +147,7 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 				rep.SpecsCreated = append(rep.SpecsCreated, c.UID)
 			}
 		}
+		d.ensureSharing(ctx, &c)
 		kept = append(kept, c)
 	}
 
@@ -180,7 +181,7 @@ func (d *Driver) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bool
 	if !found || cur.State != checkpoint.StatePrepareCompleted {
 		return false, nil
 	}
-	return true, d.forget(l, &cur)
+	return true, d.forget(ctx, l, &cur)
 }
 
 func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, error) {

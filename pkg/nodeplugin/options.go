@@ -68,6 +68,15 @@ type Options struct {
 	DeviceTaintEffects map[string]string
 	// DeviceMetadata mounts each claim's device attributes into its containers (KEP-5304).
 	DeviceMetadata bool
+	// ConsumableMemory publishes devices for consumable capacity (KEP-5075): several claims
+	// share a device, each with the memory it asked for (docs/sharing.md).
+	ConsumableMemory bool
+	// NVIDIASMIPath is the nvidia-smi that sets GPU time-slices; empty: usr/bin/nvidia-smi
+	// under the NVIDIA driver root.
+	NVIDIASMIPath string
+	// NVIDIAMPSControlPath is the nvidia-cuda-mps-control that runs claims' MPS daemons;
+	// empty: usr/bin/nvidia-cuda-mps-control under the NVIDIA driver root.
+	NVIDIAMPSControlPath string
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
@@ -123,6 +132,9 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.UintSliceVar(&o.IgnoredXIDs, "health-ignored-xids", o.IgnoredXIDs, "NVIDIA XIDs that are application errors and leave the GPU healthy (default NVIDIA's list).")
 	fs.StringToStringVar(&o.DeviceTaintEffects, "device-taint-effects", o.DeviceTaintEffects, fmt.Sprintf("Taint effect per health cause, cause=effect with effect NoSchedule, NoExecute or None; causes %v. Default: NoSchedule for every fault, no taint for unknown.", health.Causes))
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Mount a file with the attributes of a claim's devices (UUID, PCI bus ID, NUMA node...) into its containers, under /var/run/kubernetes.io/dra-device-attributes/ (see docs/health.md).")
+	fs.BoolVar(&o.ConsumableMemory, "consumable-memory", o.ConsumableMemory, "Publish each device with allowMultipleAllocations and a memory capacity with a request policy (DRAConsumableCapacity), so that several claims share it, each with the memory it asks for; nothing on the GPU enforces the share without MPS (see docs/sharing.md).")
+	fs.StringVar(&o.NVIDIASMIPath, "nvidia-smi-path", o.NVIDIASMIPath, "nvidia-smi used to set GPU time-slices for claims with sharing strategy TimeSlicing (default: usr/bin/nvidia-smi under --nvidia-driver-root, or the mock's driver root).")
+	fs.StringVar(&o.NVIDIAMPSControlPath, "nvidia-mps-control-path", o.NVIDIAMPSControlPath, "nvidia-cuda-mps-control that runs one MPS control daemon per claim with sharing strategy MPS (default: usr/bin/nvidia-cuda-mps-control under --nvidia-driver-root); daemons live under <plugin data dir>/mps.")
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")

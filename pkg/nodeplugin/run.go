@@ -116,7 +116,9 @@ func Run(ctx context.Context, o *Options) error {
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
-		MIG: partitioner,
+		MIG:              partitioner,
+		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
+		MPS: mpsControl(o, src, inv.Kind),
 	})
 	if err != nil {
 		return err

@@ -72,6 +72,9 @@ func Build(inv *device.Inventory, poolName string, opts ...Option) Result {
 	var apiDevs []resourceapi.Device
 	for i := range devs {
 		d, omitted, reason, err := ToAPI(&devs[i])
+		if err == nil && o.consumableMemory {
+			ConsumableMemory(&d)
+		}
 		if err == nil {
 			err = ValidateDevice(&d)
 			reason = "invalid"

@@ -10,6 +10,8 @@ type Option func(*buildOptions)
 
 type buildOptions struct {
 	taints map[string][]resourceapi.DeviceTaint
+	// consumableMemory: see WithConsumableMemory (capacity.go).
+	consumableMemory bool
 }
 
 // WithTaints puts taints on devices, by device name (see pkg/driver's health taints).

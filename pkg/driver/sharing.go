@@ -1,0 +1,409 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
+	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
+	"github.com/accel-dra/accel-dra/pkg/slices"
+)
+
+// EnvMemoryLimits names, in a claim's CDI spec, the memory share of each device the claim got
+// by consumable capacity: "<uuid>=<bytes>[,<uuid>=<bytes>...]", sorted by UUID. Nothing on the
+// GPU enforces it by itself (see docs/sharing.md): it tells the workload, and whatever it runs
+// (a framework's allocator limit, an MPS client limit), what the scheduler gave it.
+const EnvMemoryLimits = "ACCEL_DRA_GPU_MEMORY_LIMITS"
+
+// shareOptions are the slices.Build options of the sharing modes.
+func (d *Driver) shareOptions() []slices.Option {
+	if !d.opts.ConsumableMemory {
+		return nil
+	}
+	return []slices.Option{slices.WithConsumableMemory()}
+}
+
+// share copies a result's share of a device that allows multiple allocations into pd.
+func share(pd *checkpoint.PreparedDevice, r *resourceapi.DeviceRequestAllocationResult) {
+	if r.ShareID == nil {
+		return
+	}
+	pd.ShareID = string(*r.ShareID)
+	if len(r.ConsumedCapacity) > 0 {
+		pd.ConsumedCapacity = make(map[string]resource.Quantity, len(r.ConsumedCapacity))
+		for name, q := range r.ConsumedCapacity {
+			pd.ConsumedCapacity[string(name)] = q.DeepCopy()
+		}
+	}
+}
+
+// memoryLimitEnv is the EnvMemoryLimits entry of a claim, if any of its devices is a share
+// with consumed memory. A device shared twice by one claim (two requests) counts both shares.
+func memoryLimitEnv(devs []checkpoint.PreparedDevice) []string {
+	limits := map[string]int64{}
+	for _, pd := range devs {
+		if pd.ShareID == "" {
+			continue
+		}
+		if q, ok := pd.ConsumedCapacity[string(slices.CapacityMemory)]; ok {
+			limits[pd.UUID] += q.Value()
+		}
+	}
+	if len(limits) == 0 {
+		return nil
+	}
+	uuids := make([]string, 0, len(limits))
+	for u := range limits {
+		uuids = append(uuids, u)
+	}
+	sort.Strings(uuids)
+	parts := make([]string, 0, len(uuids))
+	for _, u := range uuids {
+		parts = append(parts, fmt.Sprintf("%s=%d", u, limits[u]))
+	}
+	return []string{EnvMemoryLimits + "=" + strings.Join(parts, ",")}
+}
+
+// holder is a claim other than self that stands in the way of preparing pd: for a share, a claim
+// holding the device exclusively; for an exclusive device, a claim holding it exclusively or a
+// share of it. Shares of one device do not stand in each other's way: the scheduler, which
+// alone knows the device's capacity and every allocation, decided that they fit. The result
+// is deterministic (the smallest UID) so that errors name the same claim every time. Called
+// with the node lock held.
+func (d *Driver) holder(pd *checkpoint.PreparedDevice, self types.UID) (types.UID, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := d.ownerKey(pd)
+	if other, held := d.owner[key]; held && other != self {
+		return other, true
+	}
+	if pd.ShareID != "" {
+		return "", false
+	}
+	var first types.UID
+	for uid := range d.shares[key] {
+		if uid != self && (first == "" || uid < first) {
+			first = uid
+		}
+	}
+	return first, first != ""
+}
+
+// conflict explains why pd cannot be prepared next to the claim other.
+func conflict(pd *checkpoint.PreparedDevice, oc *checkpoint.Claim) string {
+	theirs := false
+	if oc != nil {
+		for _, o := range oc.Devices {
+			if o.UUID == pd.UUID && o.ShareID != "" {
+				theirs = true
+			}
+		}
+	}
+	switch {
+	case pd.ShareID != "":
+		return "holds it exclusively; a share of it cannot be prepared next to that claim"
+	case theirs:
+		return "holds a share of it; it cannot also be prepared for exclusive use"
+	}
+	return "holds it"
+}
+
+// sharingOf is a config's GpuConfig.sharing, nil for none or for another kind.
+func sharingOf(cfg configapi.Config) *configapi.Sharing {
+	if g, ok := cfg.(*configapi.GpuConfig); ok {
+		return g.Sharing
+	}
+	return nil
+}
+
+// sameSharing compares two sharing configs by their encoding: quantities that are equal may
+// differ in their cached string.
+func sameSharing(a, b *configapi.Sharing) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && string(ja) == string(jb)
+}
+
+// planSharing checks a claim's sharing configuration against its devices and this plugin, and
+// returns what its record keeps. Errors name the field.
+func (d *Driver) planSharing(ref string, rec *checkpoint.Claim, s *configapi.Sharing) (*checkpoint.Sharing, error) {
+	if s == nil {
+		return nil, nil
+	}
+	for _, pd := range rec.Devices {
+		if pd.AdminAccess {
+			return nil, fmt.Errorf("claim %s: sharing: device %s is allocated with admin access, which must not change how the GPU is shared by the workloads that hold it; remove sharing from the config of request %s", ref, pd.Device, pd.Request)
+		}
+	}
+	switch s.Strategy {
+	case configapi.StrategyTimeSlicing:
+		if d.opts.TimeSlicer == nil {
+			return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not available on node %s: the plugin has no nvidia-smi to set time-slices with (--nvidia-smi-path)", ref, s.Strategy, d.opts.NodeName)
+		}
+		return &checkpoint.Sharing{Strategy: string(s.Strategy), Interval: string(s.TimeSlicing.Interval)}, nil
+	case configapi.StrategyMPS:
+		return d.planMPS(ref, rec, s.MPS)
+	default:
+		return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not supported by this version of the plugin (see docs/sharing.md)", ref, s.Strategy)
+	}
+}
+
+// planMPS checks an MPS config against the claim's devices and turns its limits into what the
+// daemon is told: per GPU UUID, in MiB (rounded up).
+func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
+	if d.opts.MPS == nil {
+		return nil, fmt.Errorf("claim %s: sharing.strategy: MPS is not available on node %s: the plugin has no nvidia-cuda-mps-control (--nvidia-mps-control-path)", ref, d.opts.NodeName)
+	}
+	for _, pd := range rec.Devices {
+		if pd.ShareID != "" {
+			return nil, fmt.Errorf("claim %s: sharing.strategy: MPS cannot be used on a share of device %s (consumable memory): the claim's MPS daemon would not serve the GPU's other claims", ref, pd.Device)
+		}
+	}
+	out := &checkpoint.Sharing{Strategy: string(configapi.StrategyMPS)}
+	if m == nil {
+		return out, nil
+	}
+	if m.DefaultActiveThreadPercentage != nil {
+		out.ActiveThreadPercentage = *m.DefaultActiveThreadPercentage
+	}
+	mib := func(q resource.Quantity) int64 { return (q.Value() + (1<<20 - 1)) >> 20 }
+	byName := map[string]string{}
+	for _, pd := range rec.Devices {
+		byName[pd.Device] = pd.UUID
+	}
+	limits := map[string]int64{}
+	if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
+		for _, u := range byName {
+			limits[u] = mib(*q)
+		}
+	}
+	names := make([]string, 0, len(m.DefaultPerDevicePinnedMemoryLimit))
+	for n := range m.DefaultPerDevicePinnedMemoryLimit {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		u, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("claim %s: sharing.mps.defaultPerDevicePinnedMemoryLimit[%s]: device %s is not one of the claim's devices", ref, n, n)
+		}
+		limits[u] = mib(m.DefaultPerDevicePinnedMemoryLimit[n])
+	}
+	if len(limits) > 0 {
+		out.PinnedMemoryMiB = limits
+	}
+	return out, nil
+}
+
+func isMPS(c *checkpoint.Claim) bool {
+	return c.Sharing != nil && c.Sharing.Strategy == string(configapi.StrategyMPS)
+}
+
+// gpuUUIDs are the distinct GPUs of c, sorted.
+func gpuUUIDs(c *checkpoint.Claim) []string {
+	var uuids []string
+	for _, pd := range c.Devices {
+		if !pd.AdminAccess && pd.UUID != "" && !slicesContains(uuids, pd.UUID) {
+			uuids = append(uuids, pd.UUID)
+		}
+	}
+	sort.Strings(uuids)
+	return uuids
+}
+
+// sharingEnv is what the claim's sharing adds to its containers' environment: the MPS daemon's
+// directories.
+func (d *Driver) sharingEnv(rec *checkpoint.Claim) []string {
+	if !isMPS(rec) || d.opts.MPS == nil {
+		return nil
+	}
+	pipe, log := d.opts.MPS.Dirs(rec.UID)
+	return []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
+}
+
+// sharingMounts are the claim's MPS directories, at the same paths in the container.
+func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
+	if !isMPS(rec) || d.opts.MPS == nil {
+		return nil
+	}
+	pipe, log := d.opts.MPS.Dirs(rec.UID)
+	return []*specs.Mount{
+		{HostPath: pipe, ContainerPath: pipe, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		{HostPath: log, ContainerPath: log, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+	}
+}
+
+func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
+	return sharing.MPSLimits{ActiveThreadPercentage: c.Sharing.ActiveThreadPercentage, PinnedMemoryMiB: c.Sharing.PinnedMemoryMiB}
+}
+
+// ensureSharing, at start-up and when the kubelet prepares a prepared claim again, brings back
+// what a prepared claim's sharing runs: its MPS daemon is adopted if it outlived the plugin, or
+// started again (with its limits) if it did not. A failure is logged and left for the claim's
+// unprepare: the claim's containers may already run. Both callers hold the node lock; starting
+// a daemon is rare and takes only until its control pipe exists.
+func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
+	if !isMPS(c) || d.opts.MPS == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	started, err := d.opts.MPS.Ensure(ctx, c.UID, gpuUUIDs(c), mpsLimits(c))
+	switch {
+	case err != nil:
+		logger.Error(err, "Cannot restart the MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
+	case started:
+		logger.Info("Restarted the MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
+	default:
+		logger.V(2).Info("Adopted the running MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
+	}
+}
+
+// sharingKey is what two claims on one GPU must agree on: the strategy and its GPU-wide
+// settings; "none" for a claim without sharing.
+func sharingKey(s *checkpoint.Sharing) string {
+	if s == nil {
+		return "none"
+	}
+	if s.Interval != "" {
+		return s.Strategy + " (interval " + s.Interval + ")"
+	}
+	return s.Strategy
+}
+
+// sharingConflict refuses rec if a claim holding a share of one of its GPUs was prepared with
+// another sharing strategy or time-slice: both are set on the whole GPU, so one of the two
+// claims would not get what it asked for. Called with the node lock held.
+func (d *Driver) sharingConflict(ref string, rec *checkpoint.Claim) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	mine := sharingKey(rec.Sharing)
+	for i := range rec.Devices {
+		pd := &rec.Devices[i]
+		if pd.ShareID == "" {
+			continue
+		}
+		others := make([]types.UID, 0, len(d.shares[d.ownerKey(pd)]))
+		for uid := range d.shares[d.ownerKey(pd)] {
+			if uid != types.UID(rec.UID) {
+				others = append(others, uid)
+			}
+		}
+		sort.Slice(others, func(i, j int) bool { return others[i] < others[j] })
+		for _, uid := range others {
+			oc := d.claims[uid]
+			if oc == nil {
+				continue
+			}
+			if theirs := sharingKey(oc.Sharing); theirs != mine {
+				return fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
+					ref, pd.Device, oc.Namespace, oc.Name, uid, theirs, ref, mine)
+			}
+		}
+	}
+	return nil
+}
+
+// timeSliced are the distinct GPUs (UUIDs) of c whose time-slice its sharing sets.
+func timeSliced(c *checkpoint.Claim) []string {
+	if c.Sharing == nil || c.Sharing.Strategy != string(configapi.StrategyTimeSlicing) {
+		return nil
+	}
+	var uuids []string
+	for _, pd := range c.Devices {
+		if !pd.AdminAccess && pd.UUID != "" && !slicesContains(uuids, pd.UUID) {
+			uuids = append(uuids, pd.UUID)
+		}
+	}
+	sort.Strings(uuids)
+	return uuids
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
+// back the GPUs it had already set, unless another claim needs them so.
+func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
+	if isMPS(rec) {
+		if _, err := d.opts.MPS.Ensure(ctx, rec.UID, gpuUUIDs(rec), mpsLimits(rec)); err != nil {
+			_ = d.opts.MPS.Stop(ctx, rec.UID)
+			return fmt.Errorf("sharing.mps: %w", err)
+		}
+		klog.FromContext(ctx).V(2).Info("Started MPS control daemon", "claim", klog.KRef(rec.Namespace, rec.Name))
+		return nil
+	}
+	uuids := timeSliced(rec)
+	for i, uuid := range uuids {
+		err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceInterval(rec.Sharing.Interval))
+		if err == nil {
+			klog.FromContext(ctx).V(2).Info("Set GPU time-slice", "claim", klog.KRef(rec.Namespace, rec.Name), "uuid", uuid, "interval", rec.Sharing.Interval)
+			continue
+		}
+		for _, done := range uuids[:i] {
+			if d.timeSliceNeeded(done, types.UID(rec.UID)) {
+				continue
+			}
+			if uerr := d.opts.TimeSlicer.SetTimeSlice(ctx, done, configapi.TimeSliceDefault); uerr != nil {
+				klog.FromContext(ctx).Error(uerr, "Putting back the default time-slice after a failed prepare", "uuid", done)
+			}
+		}
+		return fmt.Errorf("sharing.timeSlicing: setting interval %s on GPU %s: %w", rec.Sharing.Interval, uuid, err)
+	}
+	return nil
+}
+
+// timeSliceNeeded reports whether a claim other than self is prepared with time-slicing on GPU
+// uuid.
+func (d *Driver) timeSliceNeeded(uuid string, self types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, c := range d.claims {
+		if uid != self && slicesContains(timeSliced(c), uuid) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseSharing puts the default time-slice back on each GPU of c that no other claim needs
+// time-sliced, before c's record goes: if that fails the record stays, and the kubelet's next
+// unprepare (or start-up reconciliation, for a claim that is gone) tries again. Records of an
+// earlier boot are not in the index and need nothing: the driver reset the GPUs when it
+// loaded. Called with the node lock held.
+func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error {
+	if _, indexed := d.indexed(c.UID); !indexed {
+		return nil
+	}
+	if isMPS(c) && d.opts.MPS != nil {
+		if err := d.opts.MPS.Stop(ctx, c.UID); err != nil {
+			return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
+		}
+		klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name))
+	}
+	for _, uuid := range timeSliced(c) {
+		if d.timeSliceNeeded(uuid, types.UID(c.UID)) {
+			continue
+		}
+		if err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceDefault); err != nil {
+			return fmt.Errorf("putting back the default time-slice of GPU %s: %w", uuid, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Put back the default GPU time-slice", "claim", klog.KRef(c.Namespace, c.Name), "uuid", uuid)
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package nodeplugin
+
+import (
+	"path/filepath"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
+)
+
+// timeSlicer is the driver's nvidia-smi for GPU nodes (the mock's driver root has a stand-in),
+// nil for NPUs and for a node without driver files and without --nvidia-smi-path.
+func timeSlicer(o *Options, src *driverSource, kind device.Kind) sharing.TimeSlicer {
+	if kind != device.KindGPU || o.NVIDIASMIPath == "" && src.root == "" {
+		return nil
+	}
+	smi := sharing.NvidiaSMI{Path: o.NVIDIASMIPath}
+	if src.root != "" {
+		smi.LibraryPath = sharing.DriverLibraryDirs(src.root)
+	}
+	if smi.Path == "" {
+		smi.Path = filepath.Join(src.root, "usr/bin/nvidia-smi")
+	}
+	return smi
+}
+
+// mpsControl runs MPS daemons with the driver's nvidia-cuda-mps-control, under the plugin data
+// directory (the same path on the host, where the containers' mounts come from); nil for NPUs
+// and for a node without driver files and without --nvidia-mps-control-path.
+func mpsControl(o *Options, src *driverSource, kind device.Kind) *sharing.MPS {
+	if kind != device.KindGPU || o.NVIDIAMPSControlPath == "" && src.root == "" {
+		return nil
+	}
+	m := &sharing.MPS{Control: o.NVIDIAMPSControlPath, Root: filepath.Join(o.PluginDataDir, "mps")}
+	if src.root != "" {
+		m.LibraryPath = sharing.DriverLibraryDirs(src.root)
+	}
+	if m.Control == "" {
+		m.Control = filepath.Join(src.root, "usr/bin/nvidia-cuda-mps-control")
+	}
+	return m
+}

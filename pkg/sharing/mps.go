@@ -1,0 +1,204 @@
+package sharing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// MPS runs one MPS control daemon per prepared claim, as a child process of the plugin in its
+// own session, so that it outlives a plugin process that is killed or restarted: the plugin
+// finds it again by its pid file (adoption). A restart of the plugin's container kills it with
+// the container; the plugin then starts it again for every prepared MPS claim.
+//
+// Each claim's daemon has its own directory under Root: pipe/ (CUDA_MPS_PIPE_DIRECTORY), log/
+// (CUDA_MPS_LOG_DIRECTORY) and pid. The claim's containers get pipe/ and log/ mounted at the
+// same paths and the two variables (docs/sharing.md).
+type MPS struct {
+	// Control is the nvidia-cuda-mps-control binary, normally under the driver root.
+	Control string
+	// Root holds the per-claim directories; it must be the same path on the host as here (the
+	// plugin data directory is).
+	Root string
+	// LibraryPath is prepended to LD_LIBRARY_PATH, as for NvidiaSMI.
+	LibraryPath []string
+}
+
+// MPSLimits are the daemon's defaults for its clients.
+type MPSLimits struct {
+	// ActiveThreadPercentage is 0 for none.
+	ActiveThreadPercentage int32
+	// PinnedMemoryMiB is per GPU UUID.
+	PinnedMemoryMiB map[string]int64
+}
+
+// Dirs are the pipe and log directories of a claim's daemon.
+func (m MPS) Dirs(claimUID string) (pipe, log string) {
+	d := filepath.Join(m.Root, claimUID)
+	return filepath.Join(d, "pipe"), filepath.Join(d, "log")
+}
+
+func (m MPS) pidFile(claimUID string) string { return filepath.Join(m.Root, claimUID, "pid") }
+
+// Running returns the pid of the claim's daemon if it is alive and is the claim's daemon.
+func (m MPS) Running(claimUID string) (int, bool) {
+	b, err := os.ReadFile(m.pidFile(claimUID))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0, false
+	}
+	// A zombie (an exited child of this process not yet reaped) is not a daemon.
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			return 0, false
+		}
+	}
+	// The pid file may be older than the process that has its pid now (a reboot, a new pid
+	// namespace after a container restart): only a process started with this claim's pipe
+	// directory is its daemon, and only that one may be adopted or stopped.
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return 0, false
+	}
+	pipe, _ := m.Dirs(claimUID)
+	if !bytes.Contains(append([]byte{0}, environ...), []byte("\x00CUDA_MPS_PIPE_DIRECTORY="+pipe+"\x00")) {
+		return 0, false
+	}
+	return pid, true
+}
+
+func (m MPS) env(claimUID string, uuids []string) []string {
+	pipe, log := m.Dirs(claimUID)
+	env := append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+log)
+	if len(uuids) > 0 {
+		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(uuids, ","))
+	}
+	if len(m.LibraryPath) > 0 {
+		lp := strings.Join(m.LibraryPath, ":")
+		if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+			lp += ":" + old
+		}
+		env = append(env, "LD_LIBRARY_PATH="+lp)
+	}
+	return env
+}
+
+// Ensure starts the claim's daemon on the GPUs uuids and applies limits, unless it is running
+// already (adopted: it kept the limits it was given). It reports whether it started one.
+func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits MPSLimits) (started bool, err error) {
+	if _, ok := m.Running(claimUID); ok {
+		return false, nil
+	}
+	pipe, log := m.Dirs(claimUID)
+	for _, d := range []string{pipe, log} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return false, fmt.Errorf("MPS directories: %w", err)
+		}
+	}
+	// A daemon that was killed leaves its control pipe behind; waiting for it below must see
+	// the new daemon's.
+	if err := os.Remove(filepath.Join(pipe, "control")); err != nil && !os.IsNotExist(err) {
+		return false, fmt.Errorf("MPS control pipe: %w", err)
+	}
+	out, err := os.OpenFile(filepath.Join(log, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("MPS daemon log: %w", err)
+	}
+	defer out.Close()
+	cmd := exec.Command(m.Control, "-f")
+	cmd.Env = m.env(claimUID, uuids)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(filepath.Join(m.Root, claimUID))
+		return false, fmt.Errorf("starting %s -f: %w", m.Control, err)
+	}
+	// Reap it if it ends while this process lives; after a restart init does.
+	go func() { _ = cmd.Wait() }()
+	if err := os.WriteFile(m.pidFile(claimUID), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		_ = cmd.Process.Kill()
+		return false, fmt.Errorf("MPS pid file: %w", err)
+	}
+	// The daemon is ready once its control pipe exists.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(pipe, "control")); err == nil {
+			break
+		}
+		if _, ok := m.Running(claimUID); !ok || time.Now().After(deadline) {
+			_ = m.Stop(ctx, claimUID)
+			return false, fmt.Errorf("MPS control daemon did not start (see %s)", filepath.Join(log, "daemon.out"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var cmds []string
+	if limits.ActiveThreadPercentage > 0 {
+		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", limits.ActiveThreadPercentage))
+	}
+	for _, u := range uuids {
+		if mib, ok := limits.PinnedMemoryMiB[u]; ok {
+			cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %s %dM", u, mib))
+		}
+	}
+	for _, c := range cmds {
+		if err := m.command(ctx, claimUID, c); err != nil {
+			_ = m.Stop(ctx, claimUID)
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// command sends one command to the claim's daemon, as `echo <cmd> | nvidia-cuda-mps-control`.
+func (m MPS) command(ctx context.Context, claimUID, c string) error {
+	cmd := exec.CommandContext(ctx, m.Control)
+	cmd.Env = m.env(claimUID, nil)
+	cmd.Stdin = strings.NewReader(c + "\n")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("MPS control %q: %w: %s", c, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// Stop ends the claim's daemon (quit, then SIGKILL after a grace period) and removes its
+// directories. A claim without daemon is stopped already.
+func (m MPS) Stop(ctx context.Context, claimUID string) error {
+	if pid, ok := m.Running(claimUID); ok {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = m.command(qctx, claimUID, "quit")
+		cancel()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, ok := m.Running(claimUID); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+					return fmt.Errorf("killing MPS control daemon %d: %w", pid, err)
+				}
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(m.Root, claimUID)); err != nil {
+		return fmt.Errorf("removing MPS directories: %w", err)
+	}
+	return nil
+}

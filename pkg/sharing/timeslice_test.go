@@ -1,0 +1,52 @@
+package sharing
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
+)
+
+// buildFakeSMI builds e2e/fakesmi, the stand-in the mock nodes use.
+func buildFakeSMI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nvidia-smi")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/accel-dra/accel-dra/e2e/fakesmi")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building fakesmi: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestNvidiaSMISetTimeSlice(t *testing.T) {
+	bin := buildFakeSMI(t)
+	s := NvidiaSMI{Path: bin}
+	ctx := context.Background()
+	for _, iv := range []configapi.TimeSliceInterval{configapi.TimeSliceLong, configapi.TimeSliceDefault} {
+		if err := s.SetTimeSlice(ctx, "GPU-1", iv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls, err := os.ReadFile(bin + ".calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(calls), "GPU-1 3\nGPU-1 0\n"; got != want {
+		t.Errorf("nvidia-smi was asked %q, want %q", got, want)
+	}
+	if err := s.SetTimeSlice(ctx, "GPU-1", "Forever"); err == nil {
+		t.Error("an unknown interval reached nvidia-smi")
+	}
+	t.Setenv("FAKESMI_FAIL_UUID", "GPU-2")
+	err = s.SetTimeSlice(ctx, "GPU-2", configapi.TimeSliceShort)
+	if err == nil || !strings.Contains(err.Error(), "not supported for GPU GPU-2") {
+		t.Errorf("failing nvidia-smi: error %v, want its output", err)
+	}
+	if err := (NvidiaSMI{Path: filepath.Join(t.TempDir(), "missing")}).SetTimeSlice(ctx, "GPU-1", configapi.TimeSliceShort); err == nil {
+		t.Error("a missing nvidia-smi is no error")
+	}
+}
