@@ -187,7 +187,7 @@ func (e *env) testXID(t *testing.T) {
 }
 
 // testRestart: a plugin restart while a GPU is unhealthy keeps its taint and timeAdded, and the
-// kubelet's health stream resumes without the pod's device going Unknown.
+// kubelet's health stream resumes with the device Unhealthy and keeps it from timing out.
 func (e *env) testRestart(t *testing.T) {
 	e.template(t, "gpu-6-only", "gpu-6")
 	e.createPod(t, "survivor", "gpu-6-only")
@@ -196,17 +196,24 @@ func (e *env) testRestart(t *testing.T) {
 	before := e.waitTaint(t, "gpu-6", xidKey, true)
 	e.waitPodHealth(t, "survivor", "Unhealthy", "XID 94")
 
-	// Watch the pod's health through the restart and well past the kubelet's 30s timeout.
+	// Watch the pod's health through the restart and well past the kubelet's 30s timeout. The
+	// 1.37 kubelet clears a driver's health cache when its stream ends
+	// (HandleWatchResourcesStream in pkg/kubelet/cm/dra/manager.go), so between the old
+	// instance's death and the new one's first report a pod status sync shows Unknown; no
+	// plugin can prevent that gap. What the plugin owes is that the gap ends with its first
+	// report and does not come back: the re-sends keep the device from timing out.
 	watchCtx, stopWatch := context.WithCancel(e.ctx)
 	var mu sync.Mutex
-	var seen []string
+	var transitions []string // "<state> at <time>", on every change
+	last := "Unhealthy"
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
 		_ = wait.PollUntilContextCancel(watchCtx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			if h, _, err := e.podHealth(ctx, "survivor"); err == nil && h != "Unhealthy" {
+			if h, _, err := e.podHealth(ctx, "survivor"); err == nil && h != last {
 				mu.Lock()
-				seen = append(seen, fmt.Sprintf("%s at %s", h, time.Now().Format(time.TimeOnly)))
+				transitions = append(transitions, fmt.Sprintf("%s at %s", h, time.Now().Format(time.TimeOnly)))
+				last = h
 				mu.Unlock()
 			}
 			return false, nil
@@ -232,8 +239,10 @@ func (e *env) testRestart(t *testing.T) {
 	stopWatch()
 	<-watchDone
 	mu.Lock()
-	if len(seen) > 0 {
-		t.Errorf("the pod's device health was not Unhealthy during the plugin restart: %v", seen)
+	// At most one gap (one change away from Unhealthy and one back), and Unhealthy at the end.
+	t.Logf("the pod's device health through the restart: Unhealthy, then %v", transitions)
+	if len(transitions) > 2 || last != "Unhealthy" {
+		t.Errorf("the pod's device health left Unhealthy more than once around the plugin restart, or did not come back: %v", transitions)
 	}
 	mu.Unlock()
 	e.recover(t, "gpu-6")
