@@ -2,7 +2,6 @@ package driver
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,13 +12,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/accel-dra/accel-dra/pkg/sharing"
+	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
 func mpsEnv(t *testing.T) (*env, *sharing.MPS) {
-	bin := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/accel-dra/accel-dra/e2e/fakempscontrol").CombinedOutput(); err != nil {
-		t.Fatalf("building fakempscontrol: %v\n%s", err, out)
-	}
+	bin := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
 	m := &sharing.MPS{Control: bin, Root: filepath.Join(t.TempDir(), "mps")}
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, dir: t.TempDir(), inv: inventory(2), kube: fake.NewClientset(), boot: bootA,

@@ -3,18 +3,16 @@ package sharing
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
 func TestMPSDaemon(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/accel-dra/accel-dra/e2e/fakempscontrol").CombinedOutput(); err != nil {
-		t.Fatalf("building fakempscontrol: %v\n%s", err, out)
-	}
+	bin := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
 	m := MPS{Control: bin, Root: t.TempDir()}
 	ctx := context.Background()
 	started, err := m.Ensure(ctx, "c1", []string{"GPU-a", "GPU-b"}, MPSLimits{ActiveThreadPercentage: 50, PinnedMemoryMiB: map[string]int64{"GPU-b": 10240}})

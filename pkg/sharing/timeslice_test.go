@@ -3,23 +3,18 @@ package sharing
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
+	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
 // buildFakeSMI builds e2e/fakesmi, the stand-in the mock nodes use.
 func buildFakeSMI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nvidia-smi")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/accel-dra/accel-dra/e2e/fakesmi")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building fakesmi: %v\n%s", err, out)
-	}
-	return bin
+	return standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakesmi", "nvidia-smi")
 }
 
 func TestNvidiaSMISetTimeSlice(t *testing.T) {
