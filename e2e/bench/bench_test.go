@@ -73,6 +73,8 @@ func setup(b *testing.B) *benchEnv {
 		if os.Getenv(envProfileDir) != "" {
 			args = append(args, "--profiling")
 		}
+		// BENCH_PLUGIN_ARGS compares settings, e.g. "--device-metadata=false".
+		args = append(args, strings.Fields(os.Getenv("BENCH_PLUGIN_ARGS"))...)
 		env.plugin, err = framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: fmt.Sprintf("bench-%d", devices), ExtraArgs: args})
 		if err != nil {
 			envErr = err

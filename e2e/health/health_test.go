@@ -66,7 +66,7 @@ func TestDeviceHealth(t *testing.T) {
 	e.node = node
 	// As the chart runs the mock, with lost GPUs configured to evict their pods.
 	e.plugin, err = framework.StartPlugin(ctx, c, node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
-		ExtraArgs: []string{"--device-taint-effects=lost=NoExecute"}})
+		ExtraArgs: []string{"--device-taint-effects=lost=NoExecute", "--device-metadata"}})
 	if err != nil {
 		t.Fatal(err)
 	}

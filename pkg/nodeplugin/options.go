@@ -97,7 +97,6 @@ func NewOptions() *Options {
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
 		DriverCheckInterval: 30 * time.Second,
 		DeviceHealth:        true,
-		DeviceMetadata:      true,
 		IgnoredXIDs:         defaultIgnoredXIDs(),
 		Kube:                kubeclient.DefaultOptions(),
 		Logging:             logsapi.NewLoggingConfiguration(),
