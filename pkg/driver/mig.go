@@ -128,20 +128,10 @@ others:
 }
 
 // prepareMIG creates the MIG instances of rec's dynamic-MIG devices, recording each step.
+// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has written their
+// PrepareStarted record, and checked that what they need overlaps nothing another claim holds.
 func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
-	dynamic, holds := false, false
-	for i := range rec.Devices {
-		if rec.Devices[i].MIG != nil {
-			dynamic = true
-		}
-		if _, ok := d.holding(&rec.Devices[i]); ok {
-			holds = true
-		}
-	}
-	if !holds {
-		return nil
-	}
-	if dynamic && d.opts.MIG == nil {
+	if d.opts.MIG == nil {
 		return errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
 	}
 	l, err := d.lockStarted(ctx, rec.UID)
