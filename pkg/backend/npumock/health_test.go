@@ -11,6 +11,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
 	"github.com/accel-dra/accel-dra/pkg/health"
+	"github.com/accel-dra/accel-dra/pkg/health/healthtest"
 )
 
 // TestNPUHealth runs the NPU backend's health source on a generated tree with fault files, and
@@ -27,22 +28,8 @@ func TestNPUHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uuids := map[string]string{}
-	for _, d := range inv.Devices {
-		uuids[d.Name] = d.UUID
-	}
 	run := func(src health.Source) *health.Tracker {
-		tr, err := health.NewTracker(health.TrackerOptions{Devices: uuids})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_ = src.Run(ctx, func(ev health.Event) {
-				if _, _, err := tr.Apply(ev); err != nil {
-					t.Error(err)
-				}
-			})
-		}()
+		tr, _ := healthtest.Watch(ctx, t, src, inv.Devices)
 		return tr
 	}
 	faults := filepath.Join(dir, health.FaultDir)

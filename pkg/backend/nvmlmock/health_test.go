@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/health"
+	"github.com/accel-dra/accel-dra/pkg/health/healthtest"
 	"github.com/accel-dra/accel-dra/pkg/mig"
 )
 
@@ -43,7 +43,7 @@ func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, done := watchHealth(ctx, t, be, inv, poll)
+	tr, done := healthtest.Watch(ctx, t, be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: poll}), inv.Devices)
 	expect := func(what, dev string, want health.State, cause health.Cause, msg string) {
 		t.Helper()
 		var last health.DeviceHealth
@@ -146,7 +146,7 @@ func TestHealthOfMIGDevices(t *testing.T) {
 			if len(onGPU0) < 2 {
 				t.Fatalf("devices on gpu-0: %v; the fixture needs several", onGPU0)
 			}
-			tr, done := watchHealth(ctx, t, be, inv, 50*time.Millisecond)
+			tr, done := healthtest.Watch(ctx, t, be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: 50 * time.Millisecond}), inv.Devices)
 			unhealthy := func() map[string]bool {
 				out := map[string]bool{}
 				for _, h := range tr.Snapshot() {
@@ -178,28 +178,4 @@ func TestHealthOfMIGDevices(t *testing.T) {
 			<-done
 		})
 	}
-}
-
-// watchHealth runs the backend's real health source over inv's devices into a tracker until
-// ctx ends; done gets Run's error.
-func watchHealth(ctx context.Context, t *testing.T, be device.Backend, inv *device.Inventory, poll time.Duration) (*health.Tracker, chan error) {
-	t.Helper()
-	uuids := map[string]string{}
-	for _, d := range inv.Devices {
-		uuids[d.Name] = d.UUID
-	}
-	tr, err := health.NewTracker(health.TrackerOptions{Devices: uuids})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: poll})
-	done := make(chan error, 1)
-	go func() {
-		done <- src.Run(ctx, func(ev health.Event) {
-			if _, _, err := tr.Apply(ev); err != nil {
-				t.Error(err)
-			}
-		})
-	}()
-	return tr, done
 }
