@@ -5,7 +5,6 @@ package sharing
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
+	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
 // TestMPS: a claim with sharing strategy MPS gets its own MPS control daemon (the
@@ -30,26 +29,8 @@ import (
 func TestMPS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ctl := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
-	if out, err := exec.Command("go", "build", "-o", ctl, "github.com/accel-dra/accel-dra/e2e/fakempscontrol").CombinedOutput(); err != nil {
-		t.Fatalf("building e2e/fakempscontrol: %v\n%s", err, out)
-	}
-	c := cluster.StartForTest(t, cluster.Options{})
-	e := &env{ctx: ctx, c: c, client: c.Client()}
-	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if e.node, err = c.AddNode(ctx, cluster.NodeOptions{Name: nodeName}); err != nil {
-		t.Fatal(err)
-	}
-	if e.plugin, err = framework.StartPlugin(ctx, c, e.node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
-		ExtraArgs: []string{"--nvidia-mps-control-path=" + ctl}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, nodeName, 8); err != nil {
-		t.Fatal(err)
-	}
+	ctl := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	e, _ := startEnv(ctx, t, "--nvidia-mps-control-path="+ctl)
 	mps := sharing.MPS{Root: filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mps")}
 
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mps"}, Spec: resourceapi.ResourceClaimSpec{

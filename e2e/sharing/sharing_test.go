@@ -50,9 +50,10 @@ type env struct {
 	plugin *framework.Plugin
 }
 
-func TestConsumableMemory(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+// startEnv starts a control plane with one node and the plugin on the h100-8x-2numa mock with
+// pluginArgs, and returns once its eight GPUs are published.
+func startEnv(ctx context.Context, t *testing.T, pluginArgs ...string) (*env, []resourceapi.ResourceSlice) {
+	t.Helper()
 	c := cluster.StartForTest(t, cluster.Options{})
 	e := &env{ctx: ctx, c: c, client: c.Client()}
 	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
@@ -63,13 +64,20 @@ func TestConsumableMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if e.plugin, err = framework.StartPlugin(ctx, c, e.node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
-		ExtraArgs: []string{"--consumable-memory"}}); err != nil {
+		ExtraArgs: pluginArgs}); err != nil {
 		t.Fatal(err)
 	}
 	slices, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, nodeName, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, slices
+}
+
+func TestConsumableMemory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e, slices := startEnv(ctx, t, "--consumable-memory")
 	var uuid0 string
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {

@@ -5,8 +5,6 @@ package sharing
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
 // TestTimeSlicing: one claim with sharing strategy TimeSlicing, used by two pods: both run on
@@ -27,26 +25,8 @@ import (
 func TestTimeSlicing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	smi := filepath.Join(t.TempDir(), "nvidia-smi")
-	if out, err := exec.Command("go", "build", "-o", smi, "github.com/accel-dra/accel-dra/e2e/fakesmi").CombinedOutput(); err != nil {
-		t.Fatalf("building e2e/fakesmi: %v\n%s", err, out)
-	}
-	c := cluster.StartForTest(t, cluster.Options{})
-	e := &env{ctx: ctx, c: c, client: c.Client()}
-	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if e.node, err = c.AddNode(ctx, cluster.NodeOptions{Name: nodeName}); err != nil {
-		t.Fatal(err)
-	}
-	if e.plugin, err = framework.StartPlugin(ctx, c, e.node, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa",
-		ExtraArgs: []string{"--nvidia-smi-path=" + smi}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, nodeName, 8); err != nil {
-		t.Fatal(err)
-	}
+	smi := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakesmi", "nvidia-smi")
+	e, _ := startEnv(ctx, t, "--nvidia-smi-path="+smi)
 
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sliced"}, Spec: resourceapi.ResourceClaimSpec{
 		Devices: framework.DeviceClaim("gpu", framework.GPUDriver, 1, nil, ""),
