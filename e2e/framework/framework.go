@@ -348,6 +348,20 @@ func WaitForSlices(ctx context.Context, client kubernetes.Interface, driver, nod
 	return slices, nil
 }
 
+// DeletePod deletes a pod and waits until it is gone from the API server.
+func DeletePod(ctx context.Context, client kubernetes.Interface, ns, name string, timeout time.Duration) error {
+	if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		return fmt.Errorf("pod %s/%s not gone: %w", ns, name, err)
+	}
+	return nil
+}
+
 // WaitForPodRunning waits for a pod to run.
 func WaitForPodRunning(ctx context.Context, client kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
 	var pod *corev1.Pod

@@ -21,7 +21,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -133,14 +132,8 @@ func (e *env) allocated(t *testing.T, pod string) string {
 
 func (e *env) deletePod(t *testing.T, name string) {
 	t.Helper()
-	if err := e.client.CoreV1().Pods(ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := framework.DeletePod(e.ctx, e.client, ns, name, 2*time.Minute); err != nil {
 		t.Fatal(err)
-	}
-	if err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatalf("pod %s not deleted: %v", name, err)
 	}
 }
 
