@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/accel-dra/accel-dra/api/template/apirules"
 )
 
 // nodeSuffixLength is the length of "-" (or "+") and eight hex digits that ResourceSlices
@@ -52,7 +54,7 @@ func (t *Template) ResourceSlices(nodeName string) ([]*resourceapi.ResourceSlice
 	for i := range c.Drivers {
 		d := &c.Drivers[i]
 		pool := nodeName + d.PoolSuffix
-		if err := poolName(pool); err != nil {
+		if err := apirules.PoolName(pool); err != nil {
 			return nil, fmt.Errorf("driver %s: %w", d.Name, err)
 		}
 		type part struct {

@@ -1,82 +1,36 @@
 // Package apivalidation restates the API server's validation of ResourceSlice content
 // (k8s.io/kubernetes/pkg/apis/resource/validation, v1.37), which cannot be imported as a library.
 // The node plugin checks each device with it before publishing, because the API server rejects a
-// whole slice for one bad device; the template format checks decoded templates with it. It
-// depends only on k8s.io/api and k8s.io/apimachinery, so that an autoscaler provider adopting the
-// template format can vendor it. The e2e suites show that what passes here is accepted by a real
-// API server.
+// whole slice for one bad device; the template format checks decoded templates with it. The
+// rules for the fields every k8s.io/api release the template reader supports has are stated
+// once, in the reader module's apirules (which the Cluster Autoscaler vendors with the reader);
+// this package adds the rules of the fields only this module's k8s.io/api has and the per-slice
+// rules. The e2e suites show that what passes here is accepted by a real API server.
 package apivalidation
 
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/accel-dra/accel-dra/api/template/apirules"
 )
 
-// Device checks one device of a ResourceSlice against the API server's rules.
+// Device checks one device of a ResourceSlice against the API server's rules: apirules.Device,
+// then the fields that only this module's k8s.io/api has (counter compatibility groups,
+// nodeAllocatableResources).
 func Device(dev *resourceapi.Device) error {
-	if err := DNSLabel(dev.Name); err != nil {
-		return fmt.Errorf("name: %w", err)
+	if err := apirules.Device(dev); err != nil {
+		return err
 	}
-	if n := len(dev.Attributes) + len(dev.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
-		return fmt.Errorf("%d attributes and capacities, at most %d allowed", n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
-	}
-	values := 0
-	for name, a := range dev.Attributes {
-		if err := QualifiedName(string(name)); err != nil {
-			return fmt.Errorf("attribute %q: %w", name, err)
-		}
-		n, err := Attribute(a)
-		if err != nil {
-			return fmt.Errorf("attribute %q: %w", name, err)
-		}
-		values += n
-	}
-	if values > resourceapi.ResourceSliceMaxAttributeValuesPerDevice {
-		return fmt.Errorf("%d attribute values, at most %d allowed", values, resourceapi.ResourceSliceMaxAttributeValuesPerDevice)
-	}
-	multi := dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations
-	for name, c := range dev.Capacity {
-		if err := QualifiedName(string(name)); err != nil {
-			return fmt.Errorf("capacity %q: %w", name, err)
-		}
-		if p := c.RequestPolicy; p != nil {
-			if !multi {
-				return fmt.Errorf("capacity %q: requestPolicy needs allowMultipleAllocations", name)
-			}
-			if err := RequestPolicy(c.Value, p); err != nil {
-				return fmt.Errorf("capacity %q: requestPolicy: %w", name, err)
-			}
-		}
-	}
-	if len(dev.Taints) > resourceapi.DeviceTaintsMaxLength {
-		return fmt.Errorf("%d taints, at most %d allowed", len(dev.Taints), resourceapi.DeviceTaintsMaxLength)
-	}
-	for i, taint := range dev.Taints {
-		if err := Taint(taint); err != nil {
-			return fmt.Errorf("taints[%d]: %w", i, err)
-		}
-	}
-	if len(dev.ConsumesCounters) > resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice {
-		return fmt.Errorf("%d consumesCounters, at most %d allowed", len(dev.ConsumesCounters), resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice)
-	}
-	sets := map[string]bool{}
 	for i, cc := range dev.ConsumesCounters {
-		if err := CounterConsumption(cc); err != nil {
+		if err := compatibilityGroups(cc.CompatibilityGroups); err != nil {
 			return fmt.Errorf("consumesCounters[%d]: %w", i, err)
 		}
-		if sets[cc.CounterSet] {
-			return fmt.Errorf("consumesCounters[%d]: counter set %q listed twice", i, cc.CounterSet)
-		}
-		sets[cc.CounterSet] = true
-	}
-	if err := BindingConditions(dev.BindingConditions, dev.BindingFailureConditions); err != nil {
-		return err
 	}
 	for name, r := range dev.NodeAllocatableResources {
 		if name != "cpu" && name != "memory" && !strings.HasPrefix(string(name), "hugepages-") {
@@ -113,153 +67,26 @@ func Device(dev *resourceapi.Device) error {
 	return nil
 }
 
-var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
-	`(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?` +
-	`(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$`)
-
-// Attribute checks one attribute and returns how many values it counts for.
-func Attribute(a resourceapi.DeviceAttribute) (int, error) {
-	set, values := 0, 1
-	str := func(v string) error {
-		if len(v) > resourceapi.DeviceAttributeMaxValueLength {
-			return fmt.Errorf("value longer than %d characters", resourceapi.DeviceAttributeMaxValueLength)
-		}
-		return nil
+func compatibilityGroups(groups []string) error {
+	if len(groups) > resourceapi.DeviceCompatibilityGroupsMaxSize {
+		return fmt.Errorf("%d compatibilityGroups, at most %d allowed", len(groups), resourceapi.DeviceCompatibilityGroupsMaxSize)
 	}
-	ver := func(v string) error {
-		if !semverRE.MatchString(v) {
-			return fmt.Errorf("version %q is not semver 2.0.0", v)
-		}
-		return str(v)
-	}
-	list := func(n int) error {
-		set++
-		values = n
-		if n == 0 {
-			return errors.New("list value must not be empty")
-		}
-		return nil
-	}
-	var errs []error
-	if a.IntValue != nil {
-		set++
-	}
-	if a.BoolValue != nil {
-		set++
-	}
-	if a.StringValue != nil {
-		set++
-		errs = append(errs, str(*a.StringValue))
-	}
-	if a.VersionValue != nil {
-		set++
-		errs = append(errs, ver(*a.VersionValue))
-	}
-	if a.IntValues != nil {
-		errs = append(errs, list(len(a.IntValues)))
-	}
-	if a.BoolValues != nil {
-		errs = append(errs, list(len(a.BoolValues)))
-	}
-	if a.StringValues != nil {
-		errs = append(errs, list(len(a.StringValues)))
-		for _, v := range a.StringValues {
-			errs = append(errs, str(v))
-		}
-	}
-	if a.VersionValues != nil {
-		errs = append(errs, list(len(a.VersionValues)))
-		for _, v := range a.VersionValues {
-			errs = append(errs, ver(v))
-		}
-	}
-	if set != 1 {
-		return 0, errors.New("exactly one value must be specified")
-	}
-	return values, errors.Join(errs...)
-}
-
-// Taint checks a device taint.
-func Taint(t resourceapi.DeviceTaint) error {
-	if msgs := validation.IsQualifiedName(t.Key); len(msgs) > 0 {
-		return fmt.Errorf("key %q: %s", t.Key, strings.Join(msgs, "; "))
-	}
-	if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
-		return fmt.Errorf("value %q: %s", t.Value, strings.Join(msgs, "; "))
-	}
-	switch t.Effect {
-	case resourceapi.DeviceTaintEffectNone, resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
-	default:
-		return fmt.Errorf("effect %q not supported", t.Effect)
-	}
-	return nil
-}
-
-// CounterSet checks a shared counter set.
-func CounterSet(cs resourceapi.CounterSet) error {
-	if err := DNSLabel(cs.Name); err != nil {
-		return fmt.Errorf("name: %w", err)
-	}
-	return counters(cs.Counters, resourceapi.ResourceSliceMaxCountersPerCounterSet)
-}
-
-// CounterConsumption checks what a device consumes of one counter set.
-func CounterConsumption(cc resourceapi.DeviceCounterConsumption) error {
-	if err := DNSLabel(cc.CounterSet); err != nil {
-		return fmt.Errorf("counterSet: %w", err)
-	}
-	if err := counters(cc.Counters, resourceapi.ResourceSliceMaxCountersPerDeviceCounterConsumption); err != nil {
-		return err
-	}
-	if len(cc.CompatibilityGroups) > resourceapi.DeviceCompatibilityGroupsMaxSize {
-		return fmt.Errorf("%d compatibilityGroups, at most %d allowed", len(cc.CompatibilityGroups), resourceapi.DeviceCompatibilityGroupsMaxSize)
-	}
-	for i, g := range cc.CompatibilityGroups {
-		if err := DNSLabel(g); err != nil {
+	for i, g := range groups {
+		if err := apirules.DNSLabel(g); err != nil {
 			return fmt.Errorf("compatibilityGroups[%d]: %w", i, err)
 		}
-		if slices.Contains(cc.CompatibilityGroups[:i], g) {
+		if slices.Contains(groups[:i], g) {
 			return fmt.Errorf("compatibilityGroups[%d]: %q listed twice", i, g)
 		}
 	}
 	return nil
 }
 
-func counters(cs map[string]resourceapi.Counter, maxCounters int) error {
-	if len(cs) == 0 {
-		return errors.New("counters must not be empty")
-	}
-	if len(cs) > maxCounters {
-		return fmt.Errorf("%d counters, at most %d allowed", len(cs), maxCounters)
-	}
-	for name := range cs {
-		if err := DNSLabel(name); err != nil {
-			return fmt.Errorf("counter %q: %w", name, err)
-		}
-	}
-	return nil
-}
+// Attribute checks one attribute and returns how many values it counts for (apirules.Attribute).
+func Attribute(a resourceapi.DeviceAttribute) (int, error) { return apirules.Attribute(a) }
 
-// BindingConditions checks a device's binding conditions.
-func BindingConditions(conds, failure []string) error {
-	if len(conds) > resourceapi.BindingConditionsMaxSize || len(failure) > resourceapi.BindingFailureConditionsMaxSize {
-		return fmt.Errorf("at most %d bindingConditions and %d bindingFailureConditions allowed",
-			resourceapi.BindingConditionsMaxSize, resourceapi.BindingFailureConditionsMaxSize)
-	}
-	if (len(conds) == 0) != (len(failure) == 0) {
-		return errors.New("bindingConditions and bindingFailureConditions must be set together")
-	}
-	all := slices.Concat(conds, failure)
-	for i, c := range all {
-		if msgs := validation.IsQualifiedName(c); len(msgs) > 0 {
-			return fmt.Errorf("binding condition %q: %s", c, strings.Join(msgs, "; "))
-		}
-		if slices.Contains(all[:i], c) {
-			return fmt.Errorf("binding condition %q listed twice", c)
-		}
-	}
-	return nil
-}
+// DNSLabel checks a DNS label: device, counter set and counter names (apirules.DNSLabel).
+func DNSLabel(s string) error { return apirules.DNSLabel(s) }
 
 // SkipNodeOperations checks a slice's skipNodeOperations.
 func SkipNodeOperations(ops []resourceapi.SkipNodeOperation) error {
@@ -281,100 +108,19 @@ func SkipNodeOperations(ops []resourceapi.SkipNodeOperation) error {
 	return nil
 }
 
-// DriverName checks a DRA driver name (a DNS subdomain of at most 63 characters).
-func DriverName(name string) error {
-	if name == "" {
-		return errors.New("must not be empty")
-	}
-	if len(name) > resourceapi.DriverNameMaxLength {
-		return fmt.Errorf("longer than %d characters", resourceapi.DriverNameMaxLength)
-	}
-	if msgs := validation.IsDNS1123Subdomain(strings.ToLower(name)); len(msgs) > 0 {
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return nil
-}
-
-// PoolName checks a pool name.
-func PoolName(name string) error {
-	if len(name) > resourceapi.PoolNameMaxLength {
-		return fmt.Errorf("pool name longer than %d characters", resourceapi.PoolNameMaxLength)
-	}
-	for part := range strings.SplitSeq(name, "/") {
-		if msgs := validation.IsDNS1123Subdomain(part); len(msgs) > 0 {
-			return fmt.Errorf("pool name %q: %s", name, strings.Join(msgs, "; "))
-		}
-	}
-	return nil
-}
-
-// DNSLabel checks a DNS label (device, counter set and counter names).
-func DNSLabel(s string) error {
-	if msgs := validation.IsDNS1123Label(s); len(msgs) > 0 {
-		return fmt.Errorf("%q: %s", s, strings.Join(msgs, "; "))
-	}
-	return nil
-}
-
-// QualifiedName checks an attribute or capacity name: a C identifier, optionally after a
-// driver-like domain and a slash.
-func QualifiedName(name string) error {
-	domain, id, found := strings.Cut(name, "/")
-	if !found {
-		return CIdentifier(domain)
-	}
-	if strings.Contains(id, "/") {
-		// The API server lets "a/b/c" through (a known gap); the allocator cannot use it.
-		return errors.New("more than one slash")
-	}
-	if domain == "" {
-		return errors.New("the domain must not be empty")
-	}
-	if err := DriverName(domain); err != nil {
-		return fmt.Errorf("domain: %w", err)
-	}
-	return CIdentifier(id)
-}
-
-// FullyQualifiedName checks a qualified name that must have a domain.
-func FullyQualifiedName(name string) error {
-	if !strings.Contains(name, "/") {
-		return errors.New("a fully qualified name must be a domain and a name separated by a slash")
-	}
-	return QualifiedName(name)
-}
-
-// CIdentifier checks a C identifier of at most 32 characters.
-func CIdentifier(id string) error {
-	if len(id) > resourceapi.DeviceMaxIDLength {
-		return fmt.Errorf("identifier longer than %d characters", resourceapi.DeviceMaxIDLength)
-	}
-	// By hand rather than with a regular expression: this runs for every attribute of every
-	// device and was a tenth of Build's time.
-	for i, c := range []byte(id) {
-		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
-			return fmt.Errorf("%q is not a C identifier", id)
-		}
-	}
-	if id == "" {
-		return errors.New("identifier must not be empty")
-	}
-	return nil
-}
-
 // ResourceSlice checks a ResourceSlice's spec against the API server's rules for creating one:
 // the per-slice rules (driver, pool, node selection, device and counter-set counts, the 64-device
 // limit for slices whose devices have taints or consume counters, sharedCounters and devices
 // never in one slice, partitionTypeAttribute) and Device for each device. Object metadata is
 // not checked. The e2e test e2e/apivalidation compares its verdict with a real API server's.
 func ResourceSlice(spec *resourceapi.ResourceSliceSpec) error {
-	if err := DriverName(spec.Driver); err != nil {
+	if err := apirules.DriverName(spec.Driver); err != nil {
 		return fmt.Errorf("driver: %w", err)
 	}
 	if spec.Pool.Name == "" {
 		return errors.New("pool.name: required")
 	}
-	if err := PoolName(spec.Pool.Name); err != nil {
+	if err := apirules.PoolName(spec.Pool.Name); err != nil {
 		return fmt.Errorf("pool.name: %w", err)
 	}
 	if spec.Pool.ResourceSliceCount <= 0 {
@@ -423,7 +169,7 @@ func ResourceSlice(spec *resourceapi.ResourceSliceSpec) error {
 	}
 	sets := map[string]bool{}
 	for i, cs := range spec.SharedCounters {
-		if err := CounterSet(cs); err != nil {
+		if err := apirules.CounterSet(cs); err != nil {
 			return fmt.Errorf("sharedCounters[%d]: %w", i, err)
 		}
 		if sets[cs.Name] {
@@ -510,7 +256,7 @@ func partitionTypeAttribute(spec *resourceapi.ResourceSliceSpec) error {
 	if !consumes {
 		return errors.New("may only be set on a slice which declares devices that consume counters")
 	}
-	if err := FullyQualifiedName(name); err != nil {
+	if err := apirules.FullyQualifiedName(name); err != nil {
 		return err
 	}
 	bare, _ := strings.CutPrefix(name, spec.Driver+"/")

@@ -1,4 +1,4 @@
-package apivalidation
+package apirules
 
 import (
 	"strings"
