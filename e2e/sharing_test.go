@@ -5,25 +5,34 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/accel-dra/accel-dra/e2e/cluster"
+	"github.com/accel-dra/accel-dra/e2e/fakecri"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/driver"
 )
 
 // TestDeviceSharing covers who may hold a GPU on a node when more than one party is involved: two
-// plugin instances during a rolling update, and admin-access claims next to workloads.
+// plugin instances during a rolling update (with whole GPUs, consumable-memory shares and
+// dynamic-MIG partitions), and admin-access claims next to workloads.
 func TestDeviceSharing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -49,20 +58,40 @@ func TestDeviceSharing(t *testing.T) {
 		return
 	}
 	t.Run("AdminAccess", e.testAdminAccess)
+	// The same surge on nodes of their own, whose plugins run with other flags; their pods are
+	// pinned to them.
+	t.Run("RollingUpdateConsumableMemory", e.testRollingUpdateShares)
+	t.Run("RollingUpdateDynamicMIG", e.testRollingUpdateMIG)
 }
 
 // nodeState is what is on the node's disk for the GPU driver, checked for the invariants that
 // matter: no GPU in two workload claims, every prepared claim with exactly one spec.
 type nodeState struct {
-	records map[string][]string // claim UID -> non-admin device UUIDs
-	specs   map[string][]string // claim UID -> GPU device nodes
+	records map[string][]string         // claim UID -> non-admin device UUIDs
+	devices map[string][]recordedDevice // claim UID -> its devices as recorded
+	specs   map[string][]string         // claim UID -> GPU device nodes
+}
+
+// recordedDevice is the part of a checkpoint record's device the invariants look at.
+type recordedDevice struct {
+	Device           string                       `json:"device"`
+	UUID             string                       `json:"uuid"`
+	AdminAccess      bool                         `json:"adminAccess"`
+	ShareID          string                       `json:"shareID"`
+	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity"`
+	MIG              *struct {
+		ParentUUID string `json:"parentUUID"`
+		Start      int    `json:"start"`
+		Size       int    `json:"size"`
+		GI         *int   `json:"gi"`
+	} `json:"mig"`
 }
 
 var gpuNodeRE = regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
 
 func (e *driverEnv) readNodeState(t *testing.T) nodeState {
 	t.Helper()
-	st := nodeState{records: map[string][]string{}, specs: map[string][]string{}}
+	st := nodeState{records: map[string][]string{}, devices: map[string][]recordedDevice{}, specs: map[string][]string{}}
 	dir := filepath.Join(e.gpuNode.PluginDataDir(gpuClass), "checkpoint")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -81,11 +110,8 @@ func (e *driverEnv) readNodeState(t *testing.T) nodeState {
 		}
 		var rec struct {
 			Claim struct {
-				UID     string `json:"uid"`
-				Devices []struct {
-					UUID        string `json:"uuid"`
-					AdminAccess bool   `json:"adminAccess"`
-				} `json:"devices"`
+				UID     string           `json:"uid"`
+				Devices []recordedDevice `json:"devices"`
 			} `json:"claim"`
 		}
 		if err := json.Unmarshal(data, &rec); err != nil {
@@ -98,6 +124,7 @@ func (e *driverEnv) readNodeState(t *testing.T) nodeState {
 			}
 		}
 		st.records[rec.Claim.UID] = uuids
+		st.devices[rec.Claim.UID] = rec.Claim.Devices
 	}
 	names, err := e.gpuPlugin.CDISpecs()
 	if err != nil {
@@ -244,19 +271,6 @@ func (e *driverEnv) deletePods(t *testing.T, names ...string) {
 	}
 }
 
-// startPods creates pods, each with its own one-GPU claim, without waiting.
-func (e *driverEnv) startPods(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := e.client.ResourceV1().ResourceClaimTemplates(e.ns).Create(e.ctx, claimTemplate(e.ns, n, gpuClass, 1, nil, "", ""), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, podWithTemplate(e.ns, n, n), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func (e *driverEnv) waitRunning(t *testing.T, names ...string) {
 	t.Helper()
 	for _, n := range names {
@@ -272,59 +286,470 @@ func (e *driverEnv) waitRunning(t *testing.T, names ...string) {
 	}
 }
 
-// testRollingUpdate does what the DaemonSet's surge update does: a second plugin with a new pod
-// UID starts while the first still serves, pods come and go through both, then the old one goes,
-// here by kill -9 in the middle of the churn (the crash model: nothing is fsynced).
-func (e *driverEnv) testRollingUpdate(t *testing.T) {
-	old := e.gpuPlugin
-	e.startPods(t, "ru-a", "ru-b", "ru-c")
-	e.waitRunning(t, "ru-a", "ru-b", "ru-c")
-	e.checkExclusive(t, nil)
+// surge is one rolling-update scenario: how the plugin runs, what each pod's claim asks for, and
+// what must hold on the node whenever the pods have settled.
+type surge struct {
+	plugin framework.PluginOptions // PodUID is set per instance
+	// claim is the claim template of the i-th pod of the scenario.
+	claim func(ns, name string, i int) *resourceapi.ResourceClaimTemplate
+	// check asserts the scenario's invariants on disk and in the fake runtime.
+	check func(e *driverEnv, t *testing.T)
+	// crash makes the instances kill themselves (SIGKILL) in the middle of a dynamic-MIG
+	// prepare, right after NVML created the compute instance (nvmlmock.CrashFileName): the
+	// new one, and the old one while the new one is down, instead of kill -9 from outside.
+	crash bool
+}
 
-	// The new pod of the update: its start-up reconciliation runs while the old one serves.
-	surge, err := framework.StartPlugin(e.ctx, e.c, e.gpuNode, framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa", PodUID: "new-pod"})
+// testRollingUpdate does what the DaemonSet's surge update does, with whole GPUs.
+func (e *driverEnv) testRollingUpdate(t *testing.T) {
+	e.rollingUpdate(t, "ru", surge{
+		plugin: framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa"},
+		claim: func(ns, name string, _ int) *resourceapi.ResourceClaimTemplate {
+			return claimTemplate(ns, name, gpuClass, 1, nil, "", "")
+		},
+		check: func(e *driverEnv, t *testing.T) { e.checkExclusive(t, nil) },
+	})
+}
+
+// testRollingUpdateShares runs the surge with consumable memory: every pod's claim is a share
+// of one of three GPUs, so that several shares sit on each GPU while both instances serve.
+func (e *driverEnv) testRollingUpdateShares(t *testing.T) {
+	o := framework.PluginOptions{Backend: "mock", Profile: "h100-8x-2numa", ExtraArgs: []string{"--consumable-memory"}}
+	se := e.sibling(t, "share-node", o, 8)
+	sizes := []string{"30Gi", "10Gi", "20Gi"}
+	se.rollingUpdate(t, "cm", surge{
+		plugin: o,
+		claim: func(ns, name string, i int) *resourceapi.ResourceClaimTemplate {
+			tmpl := claimTemplate(ns, name, gpuClass, 1, []string{`device.attributes["gpu.accel-dra.io"].index <= 2`}, "", "")
+			tmpl.Spec.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{
+				Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(sizes[i%len(sizes)])},
+			}
+			return tmpl
+		},
+		check: (*driverEnv).checkShares,
+	})
+}
+
+// testRollingUpdateMIG runs the surge with dynamic MIG: every pod's claim is a 1g or 2g
+// partition of one of three GPUs, created on prepare and destroyed on unprepare, and each
+// instance is killed by the mock between creating a compute instance and recording it.
+func (e *driverEnv) testRollingUpdateMIG(t *testing.T) {
+	// Eight H100s in MIG mode: 26 devices each (the whole GPU and 25 partitions).
+	o := framework.PluginOptions{Backend: "mock", Profile: "h100-8x-mig", ExtraArgs: []string{"--dynamic-mig"}}
+	me := e.sibling(t, "mig-node", o, 8*26)
+	profiles := []string{"1g.10gb", "2g.20gb", "1g.10gb"}
+	me.rollingUpdate(t, "mig", surge{
+		plugin: o,
+		claim: func(ns, name string, i int) *resourceapi.ResourceClaimTemplate {
+			return claimTemplate(ns, name, gpuClass, 1, []string{
+				`device.attributes["gpu.accel-dra.io"].type == "mig"`,
+				fmt.Sprintf(`device.attributes["gpu.accel-dra.io"].profile == %q`, profiles[i%len(profiles)]),
+				`device.attributes["gpu.accel-dra.io"].index <= 2`,
+			}, "", "")
+		},
+		check: (*driverEnv).checkMIG,
+		crash: true,
+	})
+	// Every pod is gone: so must be every MIG instance, including the one of the killed attempt.
+	me.waitMIG(t, func(st migState) error {
+		if len(st.instances) != 0 {
+			return fmt.Errorf("MIG instances %v left after every pod ended", keysOf(st.instances))
+		}
+		return nil
+	})
+}
+
+// sibling adds a node to the cluster with its own plugin (as the old pod of a rolling update),
+// for a scenario that needs other plugin flags than gpu-node's, and waits for its devices.
+func (e *driverEnv) sibling(t *testing.T, node string, o framework.PluginOptions, devices int) *driverEnv {
+	t.Helper()
+	// A prepare that failed is retried at the kubelet's next resync of the pod, a minute by
+	// default; the crash scenario waits for that, so it is shortened.
+	n, err := e.c.AddNode(e.ctx, cluster.NodeOptions{Name: node, KubeletFlags: []string{"--sync-frequency=5s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.gpuPlugin = surge
-	e.checkNoLeaks(t, e.claimUIDs(t, "ru-a", "ru-b", "ru-c"))
+	old := o
+	old.PodUID = "old-pod"
+	p, err := framework.StartPlugin(e.ctx, e.c, n, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitForSlices(e.ctx, e.client, gpuClass, node, devices); err != nil {
+		t.Fatal(err)
+	}
+	return &driverEnv{t: t, ctx: e.ctx, c: e.c, client: e.client, ns: e.ns, gpuNode: n, gpuPlugin: p}
+}
 
-	running := []string{"ru-a", "ru-b", "ru-c"}
+// rollingUpdate: a second plugin with a new pod UID starts while the first serves and while pods
+// come and go, pods keep coming and going through both, and the old one goes, here by kill -9
+// in the middle of the churn (the crash model: nothing is fsynced). e.gpuPlugin is the old one.
+// The node must hold s's invariants and exactly the running pods' claims after every round, and
+// nothing once every pod is gone.
+func (e *driverEnv) rollingUpdate(t *testing.T, prefix string, s surge) {
+	old := e.gpuPlugin
+	began := time.Now()
+	serial := 0
+	start := func(names ...string) {
+		for _, n := range names {
+			if _, err := e.client.ResourceV1().ResourceClaimTemplates(e.ns).Create(e.ctx, s.claim(e.ns, n, serial), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			serial++
+			if _, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, e.pod(n), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	running := []string{prefix + "-a", prefix + "-b", prefix + "-c"}
+	start(running...)
+	e.waitRunning(t, running...)
+	s.check(e, t)
+
+	var surgePlugin *framework.Plugin
 	oldPrepared := "?"
 	for round := 0; round < 4; round++ {
-		// Two pods go, three come (the node has 8 GPUs), at the same time.
+		// Two pods go, three come, at the same time.
 		gone := running[:2]
 		running = running[2:]
-		fresh := []string{fmt.Sprintf("ru-%d-x", round), fmt.Sprintf("ru-%d-y", round), fmt.Sprintf("ru-%d-z", round)}
+		fresh := []string{fmt.Sprintf("%s-%d-x", prefix, round), fmt.Sprintf("%s-%d-y", prefix, round), fmt.Sprintf("%s-%d-z", prefix, round)}
+		if round == 1 && s.crash {
+			if err := os.WriteFile(filepath.Join(e.mockDir(), nvmlmock.CrashFileName), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for _, n := range gone {
 			if err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, n, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		e.startPods(t, fresh...)
-		if round == 2 {
+		start(fresh...)
+		switch {
+		case round == 0:
+			// The new pod of the update starts while the old one prepares and unprepares: its
+			// start-up reconciliation runs against the old one's work in flight.
+			o := s.plugin
+			o.PodUID = "new-pod"
+			var err error
+			if surgePlugin, err = framework.StartPlugin(e.ctx, e.c, e.gpuNode, o); err != nil {
+				t.Fatal(err)
+			}
+			e.gpuPlugin = surgePlugin
+		case round == 1 && s.crash:
+			// The instance the kubelet asks, the new one, dies with a MIG instance made and
+			// not yet recorded. While it is down the kubelet retries through the old one,
+			// which dies the same way; then the new one is restarted, as the kubelet restarts
+			// its container, and must clean up after both.
+			crashFile := filepath.Join(e.mockDir(), nvmlmock.CrashFileName)
+			select {
+			case <-surgePlugin.Process().Done():
+				if err := os.WriteFile(crashFile, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-old.Process().Done():
+				case <-time.After(podWait):
+					t.Fatal("the kubelet did not retry the failed prepare through the old instance while the new one was down")
+				}
+			case <-old.Process().Done():
+				t.Log("the kubelet asked the old instance; only it was killed in the middle of a prepare")
+			case <-time.After(podWait):
+				t.Fatal("no plugin instance was killed by the mock while preparing")
+			}
+			if surgePlugin.Process().Exited() {
+				if err := surgePlugin.Restart(e.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			oldPrepared = "? (killed)"
+		case round == 2 && !s.crash:
 			// The old instance dies while claims are being prepared and unprepared.
 			oldPrepared = metricOr(old, "accel_dra_prepare_duration_seconds_count")
 			old.Kill()
 		}
 		for _, n := range gone {
-			err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, podWait, true, func(ctx context.Context) (bool, error) {
-				_, err := e.client.CoreV1().Pods(e.ns).Get(ctx, n, metav1.GetOptions{})
-				return err != nil, nil
-			})
-			if err != nil {
-				t.Fatalf("pod %s not gone", n)
+			if err := e.waitGone(n); err != nil {
+				t.Fatal(err)
 			}
 		}
 		e.waitRunning(t, fresh...)
 		running = append(running, fresh...)
-		e.checkExclusive(t, nil)
 		e.checkNoLeaks(t, e.claimUIDs(t, running...))
+		s.check(e, t)
+		t.Logf("round %d settled after %s", round, time.Since(began).Round(100*time.Millisecond))
 	}
-	t.Logf("old plugin prepared %v claims, new one %v", oldPrepared, metricOr(surge, "accel_dra_prepare_duration_seconds_count"))
+	t.Logf("old plugin prepared %v claims, new one %v", oldPrepared, metricOr(surgePlugin, "accel_dra_prepare_duration_seconds_count"))
 
 	e.deletePods(t, running...)
 	e.checkNoLeaks(t, map[string]bool{})
+	s.check(e, t)
+}
+
+// pod is a pod whose claim comes from the template of its name, on this env's node.
+func (e *driverEnv) pod(name string) *corev1.Pod {
+	p := podWithTemplate(e.ns, name, name)
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: e.gpuNode.Name}
+	return p
+}
+
+func (e *driverEnv) waitGone(name string) error {
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, podWait, true, func(ctx context.Context) (bool, error) {
+		_, err := e.client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s not gone: %w", name, err)
+	}
+	return nil
+}
+
+func (e *driverEnv) mockDir() string {
+	return filepath.Join(e.gpuNode.PluginDataDir(gpuClass), "mock")
+}
+
+// checkShares fails unless the records on disk share GPUs as consumable memory allows: the
+// shares held on a GPU sum to at most its memory, no share is held twice, a GPU held for
+// exclusive use has no share; and unless the running pods' containers were told shares that
+// fit their GPUs.
+func (e *driverEnv) checkShares(t *testing.T) {
+	t.Helper()
+	memory := e.gpuMemory(t)
+	st := e.readNodeState(t)
+	used := map[string]int64{}
+	shareHolder := map[string]string{}
+	exclusive := map[string]string{}
+	shared := map[string]string{}
+	for uid, devs := range st.devices {
+		for _, d := range devs {
+			switch {
+			case d.AdminAccess:
+				continue
+			case d.ShareID == "":
+				if other, ok := exclusive[d.UUID]; ok {
+					t.Errorf("GPU %s recorded for exclusive use by claims %s and %s", d.UUID, other, uid)
+				}
+				exclusive[d.UUID] = uid
+				continue
+			}
+			shared[d.UUID] = uid
+			key := d.UUID + "/" + d.ShareID
+			if other, ok := shareHolder[key]; ok {
+				t.Errorf("share %s of GPU %s recorded for claims %s and %s", d.ShareID, d.UUID, other, uid)
+			}
+			shareHolder[key] = uid
+			q, ok := d.ConsumedCapacity["memory"]
+			if !ok {
+				t.Errorf("claim %s: share %s of GPU %s recorded without consumed memory", uid, d.ShareID, d.UUID)
+			}
+			used[d.UUID] += q.Value()
+		}
+	}
+	for u, uid := range exclusive {
+		if other, ok := shared[u]; ok {
+			t.Errorf("GPU %s recorded for exclusive use by claim %s and as a share by claim %s", u, uid, other)
+		}
+	}
+	for u, n := range used {
+		if n > memory[u] {
+			t.Errorf("shares of GPU %s in the records sum to %d bytes, more than its %d", u, n, memory[u])
+		}
+	}
+	if len(st.devices) > 0 && len(shareHolder) == 0 {
+		t.Error("claims recorded, none of them a share: the scenario tests nothing")
+	}
+
+	told := map[string]int64{}
+	for _, rec := range e.runningContainers(t) {
+		for _, kv := range rec.Env {
+			v, ok := strings.CutPrefix(kv, driver.EnvMemoryLimits+"=")
+			if !ok {
+				continue
+			}
+			for _, part := range strings.Split(v, ",") {
+				u, b, _ := strings.Cut(part, "=")
+				n, err := strconv.ParseInt(b, 10, 64)
+				if err != nil {
+					t.Fatalf("pod %s: %s", rec.PodName, kv)
+				}
+				told[u] += n
+			}
+		}
+	}
+	for u, n := range told {
+		if n > memory[u] {
+			t.Errorf("running containers were told shares of GPU %s summing to %d bytes, more than its %d", u, n, memory[u])
+		}
+	}
+}
+
+// gpuMemory is each GPU's memory capacity as the node publishes it, by UUID.
+func (e *driverEnv) gpuMemory(t *testing.T) map[string]int64 {
+	t.Helper()
+	list, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.gpuNode.Name + ",spec.driver=" + gpuClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			if u, ok := d.Attributes["uuid"]; ok && u.StringValue != nil {
+				m := d.Capacity["memory"].Value
+				out[*u.StringValue] = m.Value()
+			}
+		}
+	}
+	return out
+}
+
+// runningContainers are the latest containers the fake runtime made for pods that are running
+// and not being deleted.
+func (e *driverEnv) runningContainers(t *testing.T) []fakecri.ContainerRecord {
+	t.Helper()
+	pods, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.gpuNode.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := map[string]fakecri.ContainerRecord{}
+	for _, rec := range e.gpuNode.CRI.Containers() {
+		latest[rec.PodNamespace+"/"+rec.PodName+"/"+rec.PodUID] = rec
+	}
+	var out []fakecri.ContainerRecord
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		if rec, ok := latest[p.Namespace+"/"+p.Name+"/"+string(p.UID)]; ok {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// migState is the MIG instances that exist on the mock's GPUs (its state file), by the UUID of
+// the MIG device, and the placements the records hold.
+type migState struct {
+	instances map[string]string // MIG device UUID -> "minor/gi<id>@<start>"; "" UUID for a GI without CI
+	orphanGIs []string          // GPU instances without a compute instance
+}
+
+// readMIG reads the mock's MIG instances.
+func (e *driverEnv) readMIG(t *testing.T) migState {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.mockDir(), nvmlmock.StateFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		GPUs map[string]struct {
+			GIs []struct {
+				ID    int `json:"id"`
+				Start int `json:"start"`
+				CIs   []struct {
+					UUID string `json:"uuid"`
+				} `json:"cis"`
+			} `json:"gis"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		t.Fatalf("mock MIG state: %v", err)
+	}
+	st := migState{instances: map[string]string{}}
+	for minor, g := range raw.GPUs {
+		for _, gi := range g.GIs {
+			id := fmt.Sprintf("%s/gi%d@%d", minor, gi.ID, gi.Start)
+			if len(gi.CIs) == 0 {
+				st.orphanGIs = append(st.orphanGIs, id)
+			}
+			for _, ci := range gi.CIs {
+				st.instances[ci.UUID] = id
+			}
+		}
+	}
+	return st
+}
+
+// checkMIG fails unless the MIG instances on the mock's GPUs are exactly those the records
+// hold (each where its record says), no two records hold overlapping placements of a GPU, and
+// no two running pods got the same MIG instance.
+func (e *driverEnv) checkMIG(t *testing.T) {
+	t.Helper()
+	e.waitMIG(t, func(mock migState) error {
+		st := e.readNodeState(t)
+		var errs []string
+		recorded := map[string]string{}
+		type span struct {
+			claim      string
+			start, end int
+		}
+		byGPU := map[string][]span{}
+		for uid, devs := range st.devices {
+			for _, d := range devs {
+				if d.MIG == nil {
+					continue
+				}
+				for _, o := range byGPU[d.MIG.ParentUUID] {
+					if d.MIG.Start < o.end && o.start < d.MIG.Start+d.MIG.Size {
+						errs = append(errs, fmt.Sprintf("claims %s and %s hold overlapping placements of GPU %s", o.claim, uid, d.MIG.ParentUUID))
+					}
+				}
+				byGPU[d.MIG.ParentUUID] = append(byGPU[d.MIG.ParentUUID], span{uid, d.MIG.Start, d.MIG.Start + d.MIG.Size})
+				if d.MIG.GI == nil || d.UUID == "" {
+					errs = append(errs, fmt.Sprintf("claim %s: MIG device %s recorded without its instance", uid, d.Device))
+					continue
+				}
+				if _, dup := recorded[d.UUID]; dup {
+					errs = append(errs, fmt.Sprintf("MIG device %s recorded twice", d.UUID))
+				}
+				recorded[d.UUID] = fmt.Sprintf("gi%d@%d", *d.MIG.GI, d.MIG.Start)
+			}
+		}
+		for u, where := range recorded {
+			got, ok := mock.instances[u]
+			if !ok {
+				errs = append(errs, fmt.Sprintf("recorded MIG device %s does not exist", u))
+			} else if !strings.HasSuffix(got, "/"+where) {
+				errs = append(errs, fmt.Sprintf("MIG device %s is %s, recorded as %s", u, got, where))
+			}
+		}
+		for u, where := range mock.instances {
+			if _, ok := recorded[u]; !ok {
+				errs = append(errs, fmt.Sprintf("MIG device %s (%s) exists and no record holds it", u, where))
+			}
+		}
+		for _, gi := range mock.orphanGIs {
+			errs = append(errs, fmt.Sprintf("GPU instance %s exists without a compute instance", gi))
+		}
+		if len(errs) > 0 {
+			return errors.New(strings.Join(errs, "; "))
+		}
+		return nil
+	})
+	caps := map[string]string{}
+	for _, rec := range e.runningContainers(t) {
+		for _, p := range devicePaths(rec) {
+			if !strings.HasPrefix(p, "/dev/nvidia-caps/") {
+				continue
+			}
+			if other, ok := caps[p]; ok {
+				t.Errorf("%s is in the containers of running pods %s and %s", p, other, rec.PodName)
+			}
+			caps[p] = rec.PodName
+		}
+	}
+}
+
+// waitMIG polls the mock's MIG state until ok accepts it; the node settles right after the
+// pods did, but an unprepare may still be finishing.
+func (e *driverEnv) waitMIG(t *testing.T, ok func(migState) error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		last = ok(e.readMIG(t))
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatal(last)
+	}
 }
 
 func metricOr(p *framework.Plugin, name string) string {
