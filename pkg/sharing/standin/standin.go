@@ -39,6 +39,9 @@ func Build(t testing.TB, importPath, name string) string {
 // "root" (a new mount namespace) or "user" (a new user namespace too, with the caller as root).
 const mountNSEnv = "ACCEL_DRA_TEST_MOUNT_NS"
 
+// startedEnv names the file the copy creates when it starts.
+const startedEnv = "ACCEL_DRA_TEST_MOUNT_NS_STARTED"
+
 // Main runs a package's tests in a mount namespace of their own when it can, so that the
 // tmpfs mounts of MPS daemons (pkg/sharing) are real but neither seen by nor left on the
 // machine, even by a test that crashes: as root it re-executes the test binary in a new mount
@@ -47,9 +50,22 @@ const mountNSEnv = "ACCEL_DRA_TEST_MOUNT_NS"
 // A package's TestMain calls it after sharing.RunShim.
 func Main(m *testing.M) {
 	if os.Getenv(mountNSEnv) != "" {
+		if started := os.Getenv(startedEnv); started != "" {
+			_ = os.WriteFile(started, nil, 0o644)
+		}
 		os.Exit(m.Run())
 	}
 	self, err := os.Executable()
+	// The copy says that it started, so that a copy that could not even start (a test binary
+	// run under qemu-user emulation, which the host kernel cannot execute) is told from tests
+	// that failed.
+	var started string
+	if err == nil {
+		var dir string
+		if dir, err = os.MkdirTemp("", "standin-"); err == nil {
+			started = filepath.Join(dir, "started")
+		}
+	}
 	if err == nil {
 		cmd := exec.Command(self, os.Args[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -64,14 +80,20 @@ func Main(m *testing.M) {
 			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
 		}
 		cmd.SysProcAttr = attr
-		cmd.Env = append(os.Environ(), mountNSEnv+"="+kind)
+		cmd.Env = append(os.Environ(), mountNSEnv+"="+kind, startedEnv+"="+started)
 		err = cmd.Run()
-		var exit *exec.ExitError
-		switch {
-		case err == nil:
-			os.Exit(0)
-		case errors.As(err, &exit):
-			os.Exit(exit.ExitCode())
+		_, serr := os.Stat(started)
+		_ = os.RemoveAll(filepath.Dir(started))
+		if serr == nil {
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				os.Exit(exit.ExitCode())
+			}
+			if err == nil {
+				os.Exit(0)
+			}
+		} else if err == nil {
+			err = errors.New("the copy did not start")
 		}
 	}
 	fmt.Fprintf(os.Stderr, "standin: tests run without a mount namespace of their own (%v); those that mount are skipped\n", err)
