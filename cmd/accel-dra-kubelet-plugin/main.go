@@ -14,9 +14,12 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
 
 func main() {
+	// The plugin re-executes itself as the shim that gives an MPS daemon its claim's /dev/shm.
+	sharing.RunShim(os.Args)
 	o := nodeplugin.NewOptions()
 	fs := o.NewFlagSet()
 	if err := fs.Parse(os.Args[1:]); err != nil {

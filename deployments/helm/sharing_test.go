@@ -1,7 +1,10 @@
 package helm
 
 import (
+	"maps"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 )
@@ -34,5 +37,45 @@ func TestSharingValues(t *testing.T) {
 	}
 	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
 		t.Error("a non-boolean sharing.consumableMemory passed the schema")
+	}
+}
+
+// TestSharingMountPropagation: the GPU plugin's kubelet plugins directory propagates mounts to
+// the host (each MPS claim's /dev/shm tmpfs, docs/sharing.md) when the plugin is privileged, as
+// the API server allows only then; the NPU plugin, which mounts nothing, never has it.
+func TestSharingMountPropagation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   map[string]string
+	}{
+		"default": {nil, map[string]string{"gpu.accel-dra.io": "Bidirectional", "npu.accel-dra.io": ""}},
+		"unprivileged": {map[string]any{"plugin": map[string]any{"securityContext": map[string]any{"privileged": false}}},
+			map[string]string{"gpu.accel-dra.io": "", "npu.accel-dra.io": ""}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			values := map[string]any{"drivers": map[string]any{"npu": map[string]any{"enabled": true}}}
+			maps.Copy(values, tc.values)
+			r, err := Render(Options{Values: values})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for driver, want := range tc.want {
+				ds, err := r.PluginDaemonSet(driver)
+				if err != nil {
+					t.Fatal(err)
+				}
+				containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+				mounts, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "volumeMounts")
+				got := "(no kubelet-plugins mount)"
+				for _, m := range mounts {
+					if m := m.(map[string]any); m["name"] == "kubelet-plugins" {
+						got, _ = m["mountPropagation"].(string)
+					}
+				}
+				if got != want {
+					t.Errorf("%s: kubelet-plugins mountPropagation %q, want %q", driver, got, want)
+				}
+			}
+		})
 	}
 }

@@ -1,7 +1,10 @@
 // Command fakempscontrol is the stand-in for nvidia-cuda-mps-control on mock nodes
 // (docs/sharing.md). As a daemon (`-f`, foreground) it creates $CUDA_MPS_PIPE_DIRECTORY/control,
 // records its start and its CUDA_VISIBLE_DEVICES in $CUDA_MPS_LOG_DIRECTORY/control.log, and runs
-// until a client sends `quit` (or it is killed). As a client (no arguments) it appends each
+// until a client sends `quit` (or it is killed). Like the real daemon's server, it uses /dev/shm:
+// it writes the file ShmMarker there (holding its pipe directory) and logs the device and inode
+// of its /dev/shm ("daemon shm dev=<n> ino=<n>"), so that tests can check that it is the claim's
+// shm directory, which the claim's containers get. As a client (no arguments) it appends each
 // command it reads on stdin to $CUDA_MPS_LOG_DIRECTORY/control.log, as the real daemon logs
 // them, and for `quit` ends the daemon whose pid is in <pipe directory>/../pid.
 package main
@@ -17,6 +20,9 @@ import (
 	"syscall"
 )
 
+// ShmMarker is the file the daemon writes into its /dev/shm.
+const ShmMarker = "accel-dra-fakempscontrol"
+
 func main() {
 	pipe, log := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"), os.Getenv("CUDA_MPS_LOG_DIRECTORY")
 	if pipe == "" || log == "" {
@@ -25,6 +31,14 @@ func main() {
 	switch {
 	case len(os.Args) == 2 && os.Args[1] == "-f":
 		record(log, fmt.Sprintf("daemon started pid=%d CUDA_VISIBLE_DEVICES=%s", os.Getpid(), os.Getenv("CUDA_VISIBLE_DEVICES")))
+		var st syscall.Stat_t
+		if err := syscall.Stat("/dev/shm", &st); err != nil {
+			fail(err.Error())
+		}
+		record(log, fmt.Sprintf("daemon shm dev=%d ino=%d", st.Dev, st.Ino))
+		if err := os.WriteFile(filepath.Join("/dev/shm", ShmMarker), []byte(pipe+"\n"), 0o644); err != nil {
+			fail(err.Error())
+		}
 		if err := os.WriteFile(filepath.Join(pipe, "control"), nil, 0o600); err != nil {
 			fail(err.Error())
 		}

@@ -5,6 +5,7 @@ package sharing
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,13 +16,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
 // TestTimeSlicing: one claim with sharing strategy TimeSlicing, used by two pods: both run on
 // its GPU, the plugin sets the interval with nvidia-smi (the e2e/fakesmi stand-in, which records
-// what it was asked) once, and puts the default back once both pods and the claim are gone, also
-// when the plugin was killed (kill -9) in between.
+// what it was asked) once, after putting the GPU in the DEFAULT compute mode, and puts the default
+// interval back once both pods and the claim are gone, also when the plugin was killed (kill -9)
+// in between.
 func TestTimeSlicing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -75,6 +78,11 @@ func TestTimeSlicing(t *testing.T) {
 	}
 	if calls := readCalls(t, smi); calls != uuid+" 3\n" {
 		t.Errorf("nvidia-smi was asked %q, want %q (Long, once, for the claim's GPU)", calls, uuid+" 3\n")
+	}
+	// The GPU was put in the DEFAULT compute mode (the mock records only modes that were set).
+	modes, err := nvmlmock.ComputeModes(filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mock"))
+	if err != nil || modes[uuid] != "DEFAULT" || len(modes) != 1 {
+		t.Errorf("compute modes set: %v (%v), want DEFAULT on %s only", modes, err, uuid)
 	}
 
 	// A crash of the plugin while the claim is prepared: its record says what to put back

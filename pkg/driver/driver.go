@@ -66,6 +66,9 @@ type Options struct {
 	TimeSlicer sharing.TimeSlicer
 	// MPS runs the MPS control daemons of GpuConfig.sharing MPS; nil refuses that strategy.
 	MPS *sharing.MPS
+	// ComputeMode sets the compute mode of the GPUs of sharing claims (sharing.go): MPS needs
+	// EXCLUSIVE_PROCESS, time-slicing DEFAULT. nil leaves the GPUs' modes as they are.
+	ComputeMode device.ComputeModeSetter
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.

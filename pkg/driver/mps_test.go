@@ -1,9 +1,12 @@
 package driver
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -11,27 +14,59 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
-func mpsEnv(t *testing.T) (*env, *sharing.MPS) {
+// fakeModes is a device.ComputeModeSetter that keeps each GPU's mode; fail makes calls for a
+// UUID fail.
+type fakeModes struct {
+	mu    sync.Mutex
+	modes map[string]device.ComputeMode
+	calls []string
+	fail  map[string]bool
+}
+
+func (f *fakeModes) SetComputeMode(_ context.Context, uuid string, mode device.ComputeMode) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail[uuid] {
+		return errors.New("insufficient permissions")
+	}
+	f.modes[uuid] = mode
+	f.calls = append(f.calls, uuid+"="+string(mode))
+	return nil
+}
+
+func (f *fakeModes) take() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := strings.Join(f.calls, " ")
+	f.calls = nil
+	return s
+}
+
+func mpsEnv(t *testing.T) (*env, *sharing.MPS, *fakeModes) {
+	standin.NeedMount(t)
 	bin := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
 	m := &sharing.MPS{Control: bin, Root: filepath.Join(t.TempDir(), "mps")}
+	f := &fakeModes{modes: map[string]device.ComputeMode{}, fail: map[string]bool{}}
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, dir: t.TempDir(), inv: inventory(2), kube: fake.NewClientset(), boot: bootA,
-		tweak: func(o *Options) { o.MPS = m; o.ConsumableMemory = true }}
+		tweak: func(o *Options) { o.MPS = m; o.ConsumableMemory = true; o.ComputeMode = f }}
 	e.start()
 	t.Cleanup(func() {
-		for _, uid := range []string{"m1"} {
-			_ = m.Stop(e.ctx, uid)
+		entries, _ := os.ReadDir(m.Root)
+		for _, en := range entries {
+			_ = m.Stop(e.ctx, en.Name())
 		}
 	})
-	return e, m
+	return e, m, f
 }
 
 func TestMPS(t *testing.T) {
-	e, m := mpsEnv(t)
+	e, m, f := mpsEnv(t)
 	c := claim("m1", []result{{Device: "gpu-0"}, {Device: "gpu-1"}},
 		sharingConfig(`{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":25,"defaultPinnedDeviceMemoryLimit":"8Gi","defaultPerDevicePinnedMemoryLimit":{"gpu-1":"1.5Gi"}}}`))
 	e.exist(c)
@@ -47,12 +82,19 @@ func TestMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + logDir, `"hostPath":"` + pipe + `"`, `"containerPath":"` + logDir + `"`} {
+	for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + logDir, `"hostPath":"` + pipe + `"`, `"containerPath":"` + logDir + `"`,
+		`"hostPath":"` + m.ShmDir("m1") + `","containerPath":"/dev/shm"`} {
 		if !strings.Contains(string(spec), want) {
 			t.Errorf("CDI spec lacks %s:\n%s", want, spec)
 		}
 	}
+	if mounted, err := sharing.IsMountPoint(m.ShmDir("m1")); !mounted {
+		t.Errorf("no tmpfs at the claim's shm directory: %v", err)
+	}
 	u0, u1 := e.inv.Devices[0].UUID, e.inv.Devices[1].UUID
+	if got, want := f.take(), u0+"=EXCLUSIVE_PROCESS "+u1+"=EXCLUSIVE_PROCESS"; got != want {
+		t.Errorf("compute modes set at prepare: %q, want %q", got, want)
+	}
 	wantLog := []string{"CUDA_VISIBLE_DEVICES=" + u0 + "," + u1, "command set_default_active_thread_percentage 25",
 		"command set_default_device_pinned_mem_limit " + u0 + " 8192M", "command set_default_device_pinned_mem_limit " + u1 + " 1536M"}
 	checkLog := func(when string) {
@@ -121,10 +163,99 @@ func TestMPS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(m.Root, "m1")); !os.IsNotExist(err) {
 		t.Errorf("MPS directory left after unprepare: %v", err)
 	}
+	if f.modes[u0] != device.ComputeModeDefault || f.modes[u1] != device.ComputeModeDefault {
+		t.Errorf("compute modes after unprepare: %v, want DEFAULT", f.modes)
+	}
+}
+
+// TestMPSComputeModeSurvivesCrash: the record of an MPS claim says its GPUs are to get DEFAULT
+// back, so that a claim deleted while the plugin was down gets it at start-up, and a failed
+// restore keeps the record until one succeeds.
+func TestMPSComputeModeSurvivesCrash(t *testing.T) {
+	e, m, f := mpsEnv(t)
+	u0 := e.inv.Devices[0].UUID
+	mps := sharingConfig(`{"strategy":"MPS"}`)
+	if r := e.prepare(claim("m1", []result{{Device: "gpu-0"}}, mps)); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if f.modes[u0] != device.ComputeModeExclusiveProcess {
+		t.Fatalf("compute mode after prepare: %v", f.modes)
+	}
+	// The claim is not in the API server: start-up drops it, stops its daemon, and puts the
+	// default back.
+	e.start()
+	if f.modes[u0] != device.ComputeModeDefault {
+		t.Errorf("start-up after the claim went: compute modes %v, want DEFAULT", f.modes)
+	}
+	if _, err := os.Stat(filepath.Join(m.Root, "m1")); !os.IsNotExist(err) {
+		t.Errorf("MPS directory left after start-up dropped the claim: %v", err)
+	}
+
+	c := claim("m2", []result{{Device: "gpu-0"}}, mps)
+	e.exist(c)
+	if r := e.prepare(c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	f.fail[u0] = true
+	if err := e.unprepare("m2"); err == nil || !strings.Contains(err.Error(), "setting compute mode DEFAULT on GPU "+u0) {
+		t.Fatalf("unprepare with a GPU that refuses: %v", err)
+	}
+	if !exists(e.recordPath("m2")) {
+		t.Fatal("record removed although the GPU's default compute mode could not be put back")
+	}
+	f.fail[u0] = false
+	if err := e.unprepare("m2"); err != nil {
+		t.Fatal(err)
+	}
+	if f.modes[u0] != device.ComputeModeDefault || exists(e.recordPath("m2")) {
+		t.Errorf("retried unprepare: modes %v, record left %v", f.modes, exists(e.recordPath("m2")))
+	}
+}
+
+// TestMPSPrepareFails: an MPS claim whose /dev/shm cannot be mounted, or whose GPU refuses its
+// compute mode, is refused with the reason, and leaves no record, spec, directory, daemon or
+// compute mode behind; the GPUs can be prepared again.
+func TestMPSPrepareFails(t *testing.T) {
+	e, m, f := mpsEnv(t)
+	u0, u1 := e.inv.Devices[0].UUID, e.inv.Devices[1].UUID
+	for name, tc := range map[string]struct {
+		shmSize string
+		fail    string
+		want    string
+		calls   string
+	}{
+		"shm mount": {shmSize: "lots", want: "sharing.mps: mounting a tmpfs at " + m.ShmDir("f1"),
+			calls: u0 + "=EXCLUSIVE_PROCESS " + u1 + "=EXCLUSIVE_PROCESS " + u0 + "=DEFAULT " + u1 + "=DEFAULT"},
+		"compute mode": {fail: u1, want: "sharing.mps: setting compute mode EXCLUSIVE_PROCESS on GPU " + u1,
+			calls: u0 + "=EXCLUSIVE_PROCESS " + u0 + "=DEFAULT"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m.ShmSize = tc.shmSize
+			f.fail[tc.fail] = true
+			defer func() { m.ShmSize = ""; f.fail = map[string]bool{} }()
+			f.take()
+			r := e.prepare(claim("f1", []result{{Device: "gpu-0"}, {Device: "gpu-1"}}, sharingConfig(`{"strategy":"MPS"}`)))
+			if r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", r.Err, tc.want)
+			}
+			if got := f.take(); got != tc.calls {
+				t.Errorf("compute modes set %q, want %q", got, tc.calls)
+			}
+			if exists(e.recordPath("f1")) || exists(e.specPath("f1")) || exists(filepath.Join(m.Root, "f1")) {
+				t.Error("a refused claim left a record, a spec or its MPS directory")
+			}
+			if r := e.prepare(claim("free", []result{{Device: "gpu-0"}, {Device: "gpu-1"}})); r.Err != nil {
+				t.Errorf("GPUs not free after a refused claim: %v", r.Err)
+			}
+			if err := e.unprepare("free"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
 
 func TestMPSRefused(t *testing.T) {
-	e, m := mpsEnv(t)
+	e, m, _ := mpsEnv(t)
 	share := shareClaim("s1", "gpu-0", "10Gi")
 	share.Status.Allocation.Devices.Config = append(share.Status.Allocation.Devices.Config, sharingConfig(`{"strategy":"MPS"}`))
 	for name, tc := range map[string]struct {

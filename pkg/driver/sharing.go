@@ -15,6 +15,7 @@ import (
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
@@ -231,7 +232,8 @@ func (d *Driver) sharingEnv(rec *checkpoint.Claim) []string {
 	return []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
 }
 
-// sharingMounts are the claim's MPS directories, at the same paths in the container.
+// sharingMounts are the claim's MPS directories, at the same paths in the container, and the
+// daemon's tmpfs as the container's /dev/shm (it replaces the runtime's own /dev/shm mount).
 func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
 	if !isMPS(rec) || d.opts.MPS == nil {
 		return nil
@@ -240,7 +242,72 @@ func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
 	return []*specs.Mount{
 		{HostPath: pipe, ContainerPath: pipe, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		{HostPath: log, ContainerPath: log, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		{HostPath: d.opts.MPS.ShmDir(rec.UID), ContainerPath: "/dev/shm", Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	}
+}
+
+// computeModeGPUs are the GPUs of c whose compute mode its sharing sets: its whole GPUs, by
+// UUID, sorted. A compute mode belongs to a whole GPU; as in NVIDIA's driver, a MIG device's
+// parent is left as it is (MPS on a MIG device runs without it), and so is a GPU in MIG mode
+// given out whole (dynamic MIG), where CUDA runs only on MIG devices. The UUID tells a whole
+// GPU (GPU-...) from a MIG device (MIG-...) from the record alone, so that a record whose
+// device has left the inventory is still put back.
+func (d *Driver) computeModeGPUs(c *checkpoint.Claim) []string {
+	var out []string
+	for _, u := range gpuUUIDs(c) {
+		if !strings.HasPrefix(u, "GPU-") {
+			continue
+		}
+		migParent := false
+		for _, p := range d.opts.Inventory.MIGParents {
+			migParent = migParent || p.GPU.UUID == u
+		}
+		if !migParent {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// mpsNeeded reports whether a claim other than self runs an MPS daemon on GPU uuid, which needs
+// its compute mode EXCLUSIVE_PROCESS.
+func (d *Driver) mpsNeeded(uuid string, self types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, c := range d.claims {
+		if uid != self && isMPS(c) && slicesContains(gpuUUIDs(c), uuid) {
+			return true
+		}
+	}
+	return false
+}
+
+// setComputeModes sets mode on the GPUs uuids and returns those it set; it stops at the first
+// failure.
+func (d *Driver) setComputeModes(ctx context.Context, uuids []string, mode device.ComputeMode) ([]string, error) {
+	if d.opts.ComputeMode == nil {
+		return nil, nil
+	}
+	for i, u := range uuids {
+		if err := d.opts.ComputeMode.SetComputeMode(ctx, u, mode); err != nil {
+			return uuids[:i], fmt.Errorf("setting compute mode %s on GPU %s: %w", mode, u, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Set GPU compute mode", "uuid", u, "mode", mode)
+	}
+	return uuids, nil
+}
+
+// restoreComputeModes puts DEFAULT back on the GPUs uuids that no other MPS claim of self's
+// GPUs needs exclusive.
+func (d *Driver) restoreComputeModes(ctx context.Context, self types.UID, uuids []string) error {
+	var keep []string
+	for _, u := range uuids {
+		if !d.mpsNeeded(u, self) {
+			keep = append(keep, u)
+		}
+	}
+	_, err := d.setComputeModes(ctx, keep, device.ComputeModeDefault)
+	return err
 }
 
 func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
@@ -257,6 +324,10 @@ func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
 		return
 	}
 	logger := klog.FromContext(ctx)
+	// Set again in case the plugin crashed between writing the record and setting it.
+	if _, err := d.setComputeModes(ctx, d.computeModeGPUs(c), device.ComputeModeExclusiveProcess); err != nil {
+		logger.Error(err, "Cannot set the compute mode of a prepared MPS claim's GPUs", "claim", klog.KRef(c.Namespace, c.Name))
+	}
 	started, err := d.opts.MPS.Ensure(ctx, c.UID, gpuUUIDs(c), mpsLimits(c))
 	switch {
 	case err != nil:
@@ -341,14 +412,31 @@ func slicesContains(s []string, v string) bool {
 // back the GPUs it had already set, unless another claim needs them so.
 func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
-		if _, err := d.opts.MPS.Ensure(ctx, rec.UID, gpuUUIDs(rec), mpsLimits(rec)); err != nil {
+		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
+		// driver does it. The record, written already, says to put DEFAULT back.
+		set, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
+		if err == nil {
+			_, err = d.opts.MPS.Ensure(ctx, rec.UID, gpuUUIDs(rec), mpsLimits(rec))
+		}
+		if err != nil {
 			_ = d.opts.MPS.Stop(ctx, rec.UID)
+			if rerr := d.restoreComputeModes(ctx, types.UID(rec.UID), set); rerr != nil {
+				klog.FromContext(ctx).Error(rerr, "Putting back the default compute mode after a failed prepare")
+			}
 			return fmt.Errorf("sharing.mps: %w", err)
 		}
 		klog.FromContext(ctx).V(2).Info("Started MPS control daemon", "claim", klog.KRef(rec.Namespace, rec.Name))
 		return nil
 	}
+	// Time-slicing applies to processes of the GPU's DEFAULT compute mode, which NVIDIA's driver
+	// sets first; it is the driver's default, so nothing is put back.
 	uuids := timeSliced(rec)
+	if len(uuids) == 0 {
+		return nil
+	}
+	if _, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeDefault); err != nil {
+		return fmt.Errorf("sharing.timeSlicing: %w", err)
+	}
 	for i, uuid := range uuids {
 		err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceInterval(rec.Sharing.Interval))
 		if err == nil {
@@ -381,8 +469,8 @@ func (d *Driver) timeSliceNeeded(uuid string, self types.UID) bool {
 	return false
 }
 
-// releaseSharing puts the default time-slice back on each GPU of c that no other claim needs
-// time-sliced, before c's record goes: if that fails the record stays, and the kubelet's next
+// releaseSharing stops c's MPS daemon and puts back the default time-slice and compute mode on
+// each GPU of c that no other claim needs so, before c's record goes: if that fails the record stays, and the kubelet's next
 // unprepare (or start-up reconciliation, for a claim that is gone) tries again. Records of an
 // earlier boot are not in the index and need nothing: the driver reset the GPUs when it
 // loaded. Called with the node lock held.
@@ -395,6 +483,11 @@ func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error 
 			return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
 		}
 		klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name))
+	}
+	if isMPS(c) {
+		if err := d.restoreComputeModes(ctx, types.UID(c.UID), d.computeModeGPUs(c)); err != nil {
+			return fmt.Errorf("putting back the default compute mode: %w", err)
+		}
 	}
 	for _, uuid := range timeSliced(c) {
 		if d.timeSliceNeeded(uuid, types.UID(c.UID)) {

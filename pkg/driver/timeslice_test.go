@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
+	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
 // fakeSlicer records time-slice calls; fail makes calls for a UUID fail.
@@ -202,5 +203,43 @@ func TestSharingRefused(t *testing.T) {
 	e.start()
 	if r := e.prepare(claim("r5", []result{{Device: "gpu-0"}}, timeSliceLong)); r.Err == nil || !strings.Contains(r.Err.Error(), "--nvidia-smi-path") {
 		t.Errorf("time-slicing without nvidia-smi: %v", r.Err)
+	}
+}
+
+// TestTimeSlicingComputeMode: a time-sliced GPU is put in the DEFAULT compute mode before its
+// interval is set (time-slicing is between the processes of that mode), as NVIDIA's driver does;
+// DEFAULT is the driver's own default, so unprepare leaves it.
+func TestTimeSlicingComputeMode(t *testing.T) {
+	e, f := slicerEnv(t)
+	modes := &fakeModes{modes: map[string]device.ComputeMode{}, fail: map[string]bool{}}
+	tweak := e.tweak
+	e.tweak = func(o *Options) { tweak(o); o.ComputeMode = modes }
+	e.start()
+	u0 := e.inv.Devices[0].UUID
+	c := claim("t1", []result{{Device: "gpu-0"}}, timeSliceLong)
+	e.exist(c)
+	if r := e.prepare(c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := modes.take(); got != u0+"=DEFAULT" {
+		t.Errorf("compute modes set at prepare: %q, want DEFAULT", got)
+	}
+	if err := e.unprepare("t1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := modes.take(); got != "" {
+		t.Errorf("unprepare set compute modes %q", got)
+	}
+	// A GPU that refuses the mode refuses the claim, before its interval is touched.
+	f.take()
+	modes.fail[u0] = true
+	if r := e.prepare(claim("t2", []result{{Device: "gpu-0"}}, timeSliceLong)); r.Err == nil || !strings.Contains(r.Err.Error(), "sharing.timeSlicing: setting compute mode DEFAULT on GPU "+u0) {
+		t.Errorf("prepare with a GPU refusing its compute mode: %v", r.Err)
+	}
+	if got := f.take(); got != "" {
+		t.Errorf("time-slices set for a refused claim: %q", got)
+	}
+	if exists(e.recordPath("t2")) {
+		t.Error("a refused claim left its record")
 	}
 }

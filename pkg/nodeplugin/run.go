@@ -118,7 +118,7 @@ func Run(ctx context.Context, o *Options) error {
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
 		MIG:              partitioner,
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
-		MPS: mpsControl(o, src, inv.Kind),
+		MPS: mpsControl(o, src, inv.Kind), ComputeMode: computeModeSetter(be, inv.Kind),
 	})
 	if err != nil {
 		return err

@@ -39,3 +39,13 @@ func mpsControl(o *Options, src *driverSource, kind device.Kind) *sharing.MPS {
 	}
 	return m
 }
+
+// computeModeSetter is the backend, for the compute modes of sharing claims' GPUs, if it can set
+// them (the NVML backend and its mock). The backend may have been closed after enumerating: it
+// opens NVML again for each call.
+func computeModeSetter(be device.Backend, kind device.Kind) device.ComputeModeSetter {
+	if s, ok := be.(device.ComputeModeSetter); ok && kind == device.KindGPU {
+		return s
+	}
+	return nil
+}

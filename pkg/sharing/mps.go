@@ -2,6 +2,7 @@ package sharing
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,8 +21,9 @@ import (
 // the container; the plugin then starts it again for every prepared MPS claim.
 //
 // Each claim's daemon has its own directory under Root: pipe/ (CUDA_MPS_PIPE_DIRECTORY), log/
-// (CUDA_MPS_LOG_DIRECTORY) and pid. The claim's containers get pipe/ and log/ mounted at the
-// same paths and the two variables (docs/sharing.md).
+// (CUDA_MPS_LOG_DIRECTORY), shm/ (a tmpfs that is the daemon's and the containers' /dev/shm,
+// shm.go) and pid. The claim's containers get pipe/ and log/ mounted at the same paths, shm/ at
+// /dev/shm, and the two variables (docs/sharing.md).
 type MPS struct {
 	// Control is the nvidia-cuda-mps-control binary, normally under the driver root.
 	Control string
@@ -30,6 +32,10 @@ type MPS struct {
 	Root string
 	// LibraryPath is prepended to LD_LIBRARY_PATH, as for NvidiaSMI.
 	LibraryPath []string
+	// ShmSize is the size option of each claim's /dev/shm tmpfs; default DefaultShmSize.
+	ShmSize string
+	// Shim is the binary that runs RunShim; default SelfExe (the plugin, whose main calls it).
+	Shim string
 }
 
 // MPSLimits are the daemon's defaults for its clients.
@@ -100,8 +106,16 @@ func (m MPS) env(claimUID string, uuids []string) []string {
 // Ensure starts the claim's daemon on the GPUs uuids and applies limits, unless it is running
 // already (adopted: it kept the limits it was given). It reports whether it started one.
 func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits MPSLimits) (started bool, err error) {
-	if _, ok := m.Running(claimUID); ok {
-		return false, nil
+	shm := m.ShmDir(claimUID)
+	if pid, ok := m.Running(claimUID); ok {
+		// The daemon keeps the tmpfs it was started with; if that is no longer the one at
+		// shm/ (someone unmounted it), containers prepared from now on would not reach it.
+		if mounted, _ := IsMountPoint(shm); mounted {
+			return false, nil
+		}
+		if err := m.kill(ctx, claimUID, pid); err != nil {
+			return false, err
+		}
 	}
 	pipe, log := m.Dirs(claimUID)
 	for _, d := range []string{pipe, log} {
@@ -109,28 +123,37 @@ func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits
 			return false, fmt.Errorf("MPS directories: %w", err)
 		}
 	}
+	if err := mountShm(shm, cmp.Or(m.ShmSize, DefaultShmSize)); err != nil {
+		_ = m.remove(claimUID)
+		return false, err
+	}
 	// A daemon that was killed leaves its control pipe behind; waiting for it below must see
 	// the new daemon's.
 	if err := os.Remove(filepath.Join(pipe, "control")); err != nil && !os.IsNotExist(err) {
 		return false, fmt.Errorf("MPS control pipe: %w", err)
 	}
-	out, err := os.OpenFile(filepath.Join(log, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	outPath := filepath.Join(log, "daemon.out")
+	out, err := os.OpenFile(outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return false, fmt.Errorf("MPS daemon log: %w", err)
 	}
 	defer out.Close()
-	cmd := exec.Command(m.Control, "-f")
+	argv := shimCommand(cmp.Or(m.Shim, SelfExe), shm, m.Control, "-f")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = m.env(claimUID, uuids)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Its own session, to outlive the plugin; its own mount namespace, for its /dev/shm.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(filepath.Join(m.Root, claimUID))
+		_ = m.remove(claimUID)
 		return false, fmt.Errorf("starting %s -f: %w", m.Control, err)
 	}
 	// Reap it if it ends while this process lives; after a restart init does.
-	go func() { _ = cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	if err := os.WriteFile(m.pidFile(claimUID), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		_ = cmd.Process.Kill()
+		_ = m.remove(claimUID)
 		return false, fmt.Errorf("MPS pid file: %w", err)
 	}
 	// The daemon is ready once its control pipe exists.
@@ -139,9 +162,17 @@ func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits
 		if _, err := os.Stat(filepath.Join(pipe, "control")); err == nil {
 			break
 		}
-		if _, ok := m.Running(claimUID); !ok || time.Now().After(deadline) {
+		// Not Running: the shim's exec of the control binary replaces its environment, which
+		// for a moment reads as empty.
+		select {
+		case <-exited:
+			deadline = time.Time{}
+		default:
+		}
+		if time.Now().After(deadline) {
+			tail := lastLine(outPath)
 			_ = m.Stop(ctx, claimUID)
-			return false, fmt.Errorf("MPS control daemon did not start (see %s)", filepath.Join(log, "daemon.out"))
+			return false, fmt.Errorf("MPS control daemon did not start: %s", tail)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -176,29 +207,56 @@ func (m MPS) command(ctx context.Context, claimUID, c string) error {
 	return nil
 }
 
-// Stop ends the claim's daemon (quit, then SIGKILL after a grace period) and removes its
-// directories. A claim without daemon is stopped already.
+// Stop ends the claim's daemon (quit, then SIGKILL after a grace period), unmounts its /dev/shm
+// and removes its directories. A claim without daemon is stopped already.
 func (m MPS) Stop(ctx context.Context, claimUID string) error {
 	if pid, ok := m.Running(claimUID); ok {
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_ = m.command(qctx, claimUID, "quit")
-		cancel()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if _, ok := m.Running(claimUID); !ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					return fmt.Errorf("killing MPS control daemon %d: %w", pid, err)
-				}
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := m.kill(ctx, claimUID, pid); err != nil {
+			return err
 		}
+	}
+	return m.remove(claimUID)
+}
+
+// kill ends the daemon pid of the claim: quit, then SIGKILL after a grace period.
+func (m MPS) kill(ctx context.Context, claimUID string, pid int) error {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_ = m.command(qctx, claimUID, "quit")
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := m.Running(claimUID); !ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("killing MPS control daemon %d: %w", pid, err)
+			}
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// remove unmounts the claim's /dev/shm and removes its directory. The tmpfs goes first: removing
+// the directory tree would otherwise empty it and then fail on the mount point.
+func (m MPS) remove(claimUID string) error {
+	if err := unmountShm(m.ShmDir(claimUID)); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(filepath.Join(m.Root, claimUID)); err != nil {
 		return fmt.Errorf("removing MPS directories: %w", err)
 	}
 	return nil
+}
+
+// lastLine is the last non-empty line of a daemon's output, for an error that says why it did
+// not start without sending the user to a file on the node.
+func lastLine(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
+		return l + " (" + path + ")"
+	}
+	return "no output (" + path + ")"
 }

@@ -47,6 +47,9 @@ type migInstance struct {
 type migState struct {
 	// GPUs by minor number, as a decimal string (JSON keys).
 	GPUs map[string]*migGPU `json:"gpus"`
+	// ComputeModes are the compute modes set on GPUs, by UUID (computemode.go); a GPU not
+	// listed has DEFAULT.
+	ComputeModes map[string]string `json:"computeModes,omitempty"`
 }
 
 type migGPU struct {

@@ -82,6 +82,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 		}
 		d := s.newDevice(i, minor, g, stableid.UUID("GPU", nodeName, uuidProfile, strconv.Itoa(board)))
 		s.setMIGFuncs(d, i)
+		s.setComputeModeFuncs(d)
 		if p.lost[minor] {
 			loseDevice(d)
 		}

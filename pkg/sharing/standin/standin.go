@@ -1,12 +1,15 @@
 // Package standin builds the project's stand-ins for the NVIDIA tools (e2e/fakesmi,
-// e2e/fakempscontrol) for unit tests.
+// e2e/fakempscontrol) for unit tests, and runs tests that mount in a namespace of their own.
 package standin
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -31,3 +34,80 @@ func Build(t testing.TB, importPath, name string) string {
 	}
 	return bin
 }
+
+// mountNSEnv marks the copy of a test binary that Main started in a mount namespace of its own:
+// "root" (a new mount namespace) or "user" (a new user namespace too, with the caller as root).
+const mountNSEnv = "ACCEL_DRA_TEST_MOUNT_NS"
+
+// startedEnv names the file the copy creates when it starts.
+const startedEnv = "ACCEL_DRA_TEST_MOUNT_NS_STARTED"
+
+// Main runs a package's tests in a mount namespace of their own when it can, so that the
+// tmpfs mounts of MPS daemons (pkg/sharing) are real but neither seen by nor left on the
+// machine, even by a test that crashes: as root it re-executes the test binary in a new mount
+// namespace; otherwise in a new user namespace too, where the caller is root, if the kernel
+// allows that. Where neither works the tests run here, and those that mount skip (NeedMount).
+// A package's TestMain calls it after sharing.RunShim.
+func Main(m *testing.M) {
+	if os.Getenv(mountNSEnv) != "" {
+		if started := os.Getenv(startedEnv); started != "" {
+			_ = os.WriteFile(started, nil, 0o644)
+		}
+		os.Exit(m.Run())
+	}
+	self, err := os.Executable()
+	// The copy says that it started, so that a copy that could not even start (a test binary
+	// run under qemu-user emulation, which the host kernel cannot execute) is told from tests
+	// that failed.
+	var started string
+	if err == nil {
+		var dir string
+		if dir, err = os.MkdirTemp("", "standin-"); err == nil {
+			started = filepath.Join(dir, "started")
+		}
+	}
+	if err == nil {
+		cmd := exec.Command(self, os.Args[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		// Unshareflags (not Cloneflags) for the mount namespace: then exec makes / private, so
+		// nothing mounted inside propagates back.
+		attr := &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+		kind := "root"
+		if os.Geteuid() != 0 {
+			kind = "user"
+			attr.Cloneflags = syscall.CLONE_NEWUSER
+			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		}
+		cmd.SysProcAttr = attr
+		cmd.Env = append(os.Environ(), mountNSEnv+"="+kind, startedEnv+"="+started)
+		err = cmd.Run()
+		_, serr := os.Stat(started)
+		_ = os.RemoveAll(filepath.Dir(started))
+		if serr == nil {
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				os.Exit(exit.ExitCode())
+			}
+			if err == nil {
+				os.Exit(0)
+			}
+		} else if err == nil {
+			err = errors.New("the copy did not start")
+		}
+	}
+	fmt.Fprintf(os.Stderr, "standin: tests run without a mount namespace of their own (%v); those that mount are skipped\n", err)
+	os.Exit(m.Run())
+}
+
+// NeedMount skips t unless it runs (under Main) where it may mount.
+func NeedMount(t testing.TB) {
+	t.Helper()
+	if os.Getenv(mountNSEnv) == "" {
+		t.Skip("needs a mount namespace of its own to mount the MPS /dev/shm tmpfs: run as root or where unprivileged user namespaces are allowed, through standin.Main")
+	}
+}
+
+// RealRoot reports whether the tests run as root of the machine (not of a user namespace):
+// only then can a test drop to another user to see how the code fares without privileges.
+func RealRoot() bool { return os.Getenv(mountNSEnv) == "root" }
