@@ -113,9 +113,7 @@ func TestEnsureWithoutMountPrivilege(t *testing.T) {
 		fmt.Printf("ENSURE-ERROR: %v\n", err)
 		return
 	}
-	if !standin.RealRoot() {
-		t.Skip("needs the machine's root, to run the plugin's side as another user")
-	}
+	standin.NeedRealRoot(t, "needs the machine's root, to run the plugin's side as another user")
 	root, err := os.MkdirTemp("", "mps-nocap-")
 	if err != nil {
 		t.Fatal(err)
