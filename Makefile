@@ -7,6 +7,12 @@ BIN ?= $(CURDIR)/bin
 # plugin's arm64 build needs the C cross compiler aarch64-linux-gnu-gcc (Debian:
 # gcc-aarch64-linux-gnu); `make build PLATFORMS=linux/amd64` builds without it.
 PLATFORMS ?= linux/amd64 linux/arm64
+# Every go command here builds with -trimpath, as `make build` (and so the Dockerfile) does: a
+# package compiled with and without it are two entries in the build cache, so without this a
+# cold `make build test` compiled every dependency twice per platform (build, then vet, e2e and
+# the arm64 tests). The e2e harness finds the module root without source paths
+# (e2e/cluster/binaries.go).
+export GOFLAGS += -trimpath
 
 .PHONY: all build unit test test-arm64 e2e demo bench k8s-binaries fmt vet image clean
 
