@@ -27,7 +27,7 @@ type Options struct {
 // default of 5 QPS would cap a node at five claims per second. Server-side API priority and
 // fairness protects the apiserver. The plugin talks only to built-in types (claims, slices,
 // nodes, events), so it uses protobuf.
-func DefaultOptions() Options { return Options{QPS: 1000, Burst: 2000} }
+func DefaultOptions() Options { return Options{QPS: 1000, Burst: 2000, Protobuf: true} }
 
 // AddFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
