@@ -3,8 +3,9 @@
 #   BENCH_COUNT   runs of each benchmark (default 5); medians are taken over them
 #   BENCH_TIME    -benchtime per run (default 2000x for the node plugin)
 #   BENCH_PUBLISHER=0 skips the template publisher's benchmark
-#   BENCH_PROFILE_DIR=dir runs the plugin with --profiling and writes a 10 s CPU profile of it
-#                 during the concurrent benchmark to dir/concurrent.pprof
+#   BENCH_PROFILE_DIR=dir runs the plugin with --profiling and writes 10 s CPU profiles of it and
+#                 of the kube-apiserver during each measured loop to dir/<loop>-plugin.pprof and
+#                 dir/<loop>-apiserver.pprof
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${BENCH_COUNT:-5}

@@ -105,14 +105,20 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	defer func() { _ = store.Close() }()
 
-	kube, _, err := o.Kube.Client("accel-dra-kubelet-plugin/" + o.NodeName)
+	m := metrics.NewPlugin(o.DriverName)
+	calls := newCallMetrics(o.DriverName, m.Registry)
+	cfg, err := o.Kube.RESTConfig("accel-dra-kubelet-plugin/" + o.NodeName)
 	if err != nil {
 		return err
+	}
+	cfg.Wrap(calls.wrapTransport)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
 	}
 	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName)
 	defer stopEvents()
 
-	m := metrics.NewPlugin(o.DriverName)
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
@@ -153,6 +159,7 @@ func Run(ctx context.Context, o *Options) error {
 		kubeletplugin.Serialize(false),
 		// Off, the kubelet does not ask; a 1.36 kubelet would otherwise retry every 5s.
 		kubeletplugin.HealthService(watchHealth),
+		kubeletplugin.GRPCInterceptor(calls.interceptor),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
