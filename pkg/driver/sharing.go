@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	stdslices "slices"
 	"sort"
 	"strings"
 
@@ -214,12 +215,20 @@ func isMPS(c *checkpoint.Claim) bool {
 func gpuUUIDs(c *checkpoint.Claim) []string {
 	var uuids []string
 	for _, pd := range c.Devices {
-		if !pd.AdminAccess && pd.UUID != "" && !slicesContains(uuids, pd.UUID) {
+		if !pd.AdminAccess && pd.UUID != "" && !stdslices.Contains(uuids, pd.UUID) {
 			uuids = append(uuids, pd.UUID)
 		}
 	}
 	sort.Strings(uuids)
 	return uuids
+}
+
+// mpsGPUs are the GPUs of c served by its MPS daemon, if it has one.
+func mpsGPUs(c *checkpoint.Claim) []string {
+	if !isMPS(c) {
+		return nil
+	}
+	return gpuUUIDs(c)
 }
 
 // sharingEnv is what the claim's sharing adds to its containers' environment: the MPS daemon's
@@ -258,28 +267,12 @@ func (d *Driver) computeModeGPUs(c *checkpoint.Claim) []string {
 		if !strings.HasPrefix(u, "GPU-") {
 			continue
 		}
-		migParent := false
-		for _, p := range d.opts.Inventory.MIGParents {
-			migParent = migParent || p.GPU.UUID == u
-		}
+		migParent := stdslices.ContainsFunc(d.opts.Inventory.MIGParents, func(p device.MIGParent) bool { return p.GPU.UUID == u })
 		if !migParent {
 			out = append(out, u)
 		}
 	}
 	return out
-}
-
-// mpsNeeded reports whether a claim other than self runs an MPS daemon on GPU uuid, which needs
-// its compute mode EXCLUSIVE_PROCESS.
-func (d *Driver) mpsNeeded(uuid string, self types.UID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for uid, c := range d.claims {
-		if uid != self && isMPS(c) && slicesContains(gpuUUIDs(c), uuid) {
-			return true
-		}
-	}
-	return false
 }
 
 // setComputeModes sets mode on the GPUs uuids and returns those it set; it stops at the first
@@ -302,7 +295,8 @@ func (d *Driver) setComputeModes(ctx context.Context, uuids []string, mode devic
 func (d *Driver) restoreComputeModes(ctx context.Context, self types.UID, uuids []string) error {
 	var keep []string
 	for _, u := range uuids {
-		if !d.mpsNeeded(u, self) {
+		// Another claim's MPS daemon on the GPU needs it EXCLUSIVE_PROCESS still.
+		if !d.usedByOther(u, self, mpsGPUs) {
 			keep = append(keep, u)
 		}
 	}
@@ -389,23 +383,7 @@ func timeSliced(c *checkpoint.Claim) []string {
 	if c.Sharing == nil || c.Sharing.Strategy != string(configapi.StrategyTimeSlicing) {
 		return nil
 	}
-	var uuids []string
-	for _, pd := range c.Devices {
-		if !pd.AdminAccess && pd.UUID != "" && !slicesContains(uuids, pd.UUID) {
-			uuids = append(uuids, pd.UUID)
-		}
-	}
-	sort.Strings(uuids)
-	return uuids
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	return gpuUUIDs(c)
 }
 
 // applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
@@ -444,7 +422,7 @@ func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error 
 			continue
 		}
 		for _, done := range uuids[:i] {
-			if d.timeSliceNeeded(done, types.UID(rec.UID)) {
+			if d.usedByOther(done, types.UID(rec.UID), timeSliced) {
 				continue
 			}
 			if uerr := d.opts.TimeSlicer.SetTimeSlice(ctx, done, configapi.TimeSliceDefault); uerr != nil {
@@ -456,13 +434,13 @@ func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error 
 	return nil
 }
 
-// timeSliceNeeded reports whether a claim other than self is prepared with time-slicing on GPU
-// uuid.
-func (d *Driver) timeSliceNeeded(uuid string, self types.UID) bool {
+// usedByOther reports whether a claim other than self has GPU uuid among of(claim): the GPUs
+// whose time-slice or compute mode its sharing set, which must stay until the last such claim.
+func (d *Driver) usedByOther(uuid string, self types.UID, of func(*checkpoint.Claim) []string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for uid, c := range d.claims {
-		if uid != self && slicesContains(timeSliced(c), uuid) {
+		if uid != self && stdslices.Contains(of(c), uuid) {
 			return true
 		}
 	}
@@ -470,27 +448,27 @@ func (d *Driver) timeSliceNeeded(uuid string, self types.UID) bool {
 }
 
 // releaseSharing stops c's MPS daemon and puts back the default time-slice and compute mode on
-// each GPU of c that no other claim needs so, before c's record goes: if that fails the record stays, and the kubelet's next
-// unprepare (or start-up reconciliation, for a claim that is gone) tries again. Records of an
-// earlier boot are not in the index and need nothing: the driver reset the GPUs when it
-// loaded. Called with the node lock held.
+// each GPU of c that no other claim needs so, before c's record goes: if that fails the record
+// stays, and the kubelet's next unprepare (or start-up reconciliation, for a claim that is
+// gone) tries again. Records of an earlier boot are not in the index and need nothing: the
+// driver reset the GPUs when it loaded. Called with the node lock held.
 func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error {
 	if _, indexed := d.indexed(c.UID); !indexed {
 		return nil
 	}
-	if isMPS(c) && d.opts.MPS != nil {
-		if err := d.opts.MPS.Stop(ctx, c.UID); err != nil {
-			return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
-		}
-		klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name))
-	}
 	if isMPS(c) {
+		if d.opts.MPS != nil {
+			if err := d.opts.MPS.Stop(ctx, c.UID); err != nil {
+				return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
+			}
+			klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name))
+		}
 		if err := d.restoreComputeModes(ctx, types.UID(c.UID), d.computeModeGPUs(c)); err != nil {
 			return fmt.Errorf("putting back the default compute mode: %w", err)
 		}
 	}
 	for _, uuid := range timeSliced(c) {
-		if d.timeSliceNeeded(uuid, types.UID(c.UID)) {
+		if d.usedByOther(uuid, types.UID(c.UID), timeSliced) {
 			continue
 		}
 		if err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceDefault); err != nil {
