@@ -173,7 +173,7 @@ func splitDevices(devices []resourceapi.Device) [][]resourceapi.Device {
 
 // isAdvanced reports whether a device lowers the slice's device limit to 64.
 func isAdvanced(d *resourceapi.Device) bool {
-	if len(d.Taints) > 0 || len(d.ConsumesCounters) > 0 {
+	if apirules.LowersSliceLimit(d) {
 		return true
 	}
 	for _, a := range d.Attributes {

@@ -138,10 +138,8 @@ func ResourceSlice(spec *resourceapi.ResourceSliceSpec) error {
 	}
 	maxDevices := resourceapi.ResourceSliceMaxDevices
 	advanced := false
-	for _, d := range spec.Devices {
-		if len(d.Taints) > 0 || len(d.ConsumesCounters) > 0 {
-			advanced = true
-		}
+	for i := range spec.Devices {
+		advanced = advanced || apirules.LowersSliceLimit(&spec.Devices[i])
 	}
 	if advanced {
 		maxDevices = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures

@@ -3,6 +3,8 @@ package slices
 import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/accel-dra/accel-dra/api/template/apirules"
 )
 
 // Option changes what Build produces.
@@ -19,12 +21,6 @@ func WithTaints(taints map[string][]resourceapi.DeviceTaint) Option {
 	return func(o *buildOptions) { o.taints = taints }
 }
 
-// advanced reports whether a device uses a feature that lowers its slice's device limit to
-// ResourceSliceMaxDevicesWithAdvancedFeatures: taints or counter consumption.
-func advanced(d *resourceapi.Device) bool {
-	return len(d.Taints) > 0 || len(d.ConsumesCounters) > 0
-}
-
 // splitPlain cuts devices, in order, into slices: a slice holds up to ResourceSliceMaxDevices
 // devices, or ResourceSliceMaxDevicesWithAdvancedFeatures once one of them is tainted or
 // consumes counters. Filling greedily in device order keeps the split deterministic, and a
@@ -33,14 +29,14 @@ func splitPlain(devs []resourceapi.Device) []resourceslice.Slice {
 	var out []resourceslice.Slice
 	start, adv := 0, false
 	for i := range devs {
-		a := adv || advanced(&devs[i])
+		a := adv || apirules.LowersSliceLimit(&devs[i])
 		limit := resourceapi.ResourceSliceMaxDevices
 		if a {
 			limit = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 		}
 		if i-start+1 > limit {
 			out = append(out, resourceslice.Slice{Devices: devs[start:i]})
-			start, a = i, advanced(&devs[i])
+			start, a = i, apirules.LowersSliceLimit(&devs[i])
 		}
 		adv = a
 	}

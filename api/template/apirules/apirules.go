@@ -91,6 +91,13 @@ var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 	`(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?` +
 	`(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$`)
 
+// LowersSliceLimit reports whether a device uses a feature that lowers its slice's device limit
+// from ResourceSliceMaxDevices to ResourceSliceMaxDevicesWithAdvancedFeatures: taints or counter
+// consumption.
+func LowersSliceLimit(d *resourceapi.Device) bool {
+	return len(d.Taints) > 0 || len(d.ConsumesCounters) > 0
+}
+
 // Attribute checks one attribute and returns how many values it counts for.
 func Attribute(a resourceapi.DeviceAttribute) (int, error) {
 	set, values := 0, 1
