@@ -48,7 +48,7 @@ test: vet unit test-arm64 e2e
 # A local cluster with the plugin on a mock profile and a sample workload; Ctrl-C stops it.
 # `make demo DEMO_ARGS=--once` prints and exits.
 demo: build k8s-binaries
-	KUBE_BIN_DIR=$$(hack/build-k8s.sh) ACCEL_DRA_BIN_DIR=$(BIN) $(GO) run ./hack/demo $(DEMO_ARGS)
+	KUBE_BIN_DIR=$$(hack/build-k8s.sh --with-kubectl) ACCEL_DRA_BIN_DIR=$(BIN) $(GO) run ./hack/demo $(DEMO_ARGS)
 
 # Benchmarks; medians over BENCH_COUNT runs are printed by hack/bench.sh.
 bench: build k8s-binaries

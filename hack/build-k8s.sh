@@ -2,7 +2,12 @@
 # Builds etcd and the Kubernetes control-plane, kubelet and kubectl binaries from the Go module
 # proxy and caches them by version. Prints the directory that holds them.
 #
-#   hack/build-k8s.sh            # build (or reuse) and print the bin dir
+#   hack/build-k8s.sh                 # build (or reuse) and print the bin dir
+#   hack/build-k8s.sh --with-kubectl  # also kubectl, for people (make demo prints a command)
+#
+# The tests run no kubectl, and its 194 packages of its own (cli-runtime, kustomize, printers)
+# and its link are CPU that a cold CI run on 2 cores spends for nothing, so it is built only
+# when asked for.
 #
 # Cache: $ACCEL_DRA_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra).
 set -euo pipefail
@@ -12,7 +17,8 @@ source "$here/versions.env"
 
 cache=${ACCEL_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra}
 bindir="$cache/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
-components=(kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
+components=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
+[ "${1:-}" = --with-kubectl ] && components+=(kubectl)
 
 complete() {
   for c in "${components[@]}" etcd; do [ -x "$bindir/$c" ] || return 1; done
@@ -34,8 +40,9 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 # kubernetes' go.mod replaces its staging modules with local paths, so `go install` cannot build it.
 # A throwaway module that requires it and points every staging module at its proxy release can.
-if [ ! -x "$bindir/kube-apiserver" ] || [ ! -x "$bindir/kubelet" ] || [ ! -x "$bindir/kubectl" ] \
-   || [ ! -x "$bindir/kube-scheduler" ] || [ ! -x "$bindir/kube-controller-manager" ]; then
+missing=()
+for c in "${components[@]}"; do [ -x "$bindir/$c" ] || missing+=("$c"); done
+if [ ${#missing[@]} -gt 0 ]; then
   log "building Kubernetes $KUBE_VERSION (cold: ~10 min on 2 cores)"
   mkdir -p "$work/kube" && cd "$work/kube"
   gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
@@ -62,8 +69,7 @@ import (
 GO
   go mod tidy >&2
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
-  for c in "${components[@]}"; do
-    [ -x "$bindir/$c" ] && continue
+  for c in "${missing[@]}"; do
     log "go build $c"
     go build -trimpath -ldflags "$ldflags" -o "$bindir/$c.tmp" "k8s.io/kubernetes/cmd/$c"
     mv "$bindir/$c.tmp" "$bindir/$c"

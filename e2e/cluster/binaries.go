@@ -16,7 +16,7 @@ import (
 const modulePath = "github.com/accel-dra/accel-dra"
 
 // requiredBinaries are the programs the harness runs from the bin dir.
-var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kubectl"}
+var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"}
 
 // findBinDir returns the directory holding requiredBinaries: opts.BinDir, else $KUBE_BIN_DIR,
 // else whatever hack/build-k8s.sh prints (it builds once, then answers from its cache).

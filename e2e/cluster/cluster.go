@@ -41,7 +41,7 @@ import (
 // Environment knobs.
 const (
 	// EnvBinDir names a directory with etcd, kube-apiserver, kube-scheduler,
-	// kube-controller-manager, kubelet and kubectl; without it hack/build-k8s.sh provides them.
+	// kube-controller-manager and kubelet; without it hack/build-k8s.sh provides them.
 	EnvBinDir = "KUBE_BIN_DIR"
 	// EnvKeepDir set to 1 keeps the work directory (logs, kubelet root dirs, configs) after Stop.
 	EnvKeepDir = "E2E_KEEP_DIR"

@@ -116,8 +116,12 @@ func run(once bool, workload, gpuProfile, npuProfile string) error {
 	if once {
 		return nil
 	}
-	fmt.Printf("\nkubectl: %s --kubeconfig %s get resourceslices,resourceclaims,pods -o wide\n",
-		filepath.Join(c.BinDir(), "kubectl"), c.KubeconfigPath())
+	kubectl := filepath.Join(c.BinDir(), "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		// hack/build-k8s.sh builds it only when asked (make demo does).
+		kubectl = "kubectl"
+	}
+	fmt.Printf("\nkubectl: %s --kubeconfig %s get resourceslices,resourceclaims,pods -o wide\n", kubectl, c.KubeconfigPath())
 	fmt.Printf("logs:    %s\n", c.LogsDir())
 	fmt.Println("\nRunning; press Ctrl-C to stop and clean up.")
 	for {
