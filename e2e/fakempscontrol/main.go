@@ -7,6 +7,14 @@
 // shm directory, which the claim's containers get. As a client (no arguments) it appends each
 // command it reads on stdin to $CUDA_MPS_LOG_DIRECTORY/control.log, as the real daemon logs
 // them, and for `quit` ends the daemon whose pid is in <pipe directory>/../pid.
+//
+// As `alloc <MiB>` it stands in for a CUDA process of a container that the daemon serves, and
+// applies the pinned memory limit as an MPS server does: the client's
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("<ordinal>=<n>M|G", ordinals of the devices the daemon
+// serves, by its CUDA_VISIBLE_DEVICES), bounded by the daemon's
+// set_default_device_pinned_mem_limit for that device. An allocation above the limit fails
+// (exit 2, "out of memory"); a limit naming a device the daemon does not serve is an error
+// (exit 1). It logs each allocation with the limit it had ("client ... limit=<n>M").
 package main
 
 import (
@@ -67,9 +75,83 @@ func main() {
 				_ = syscall.Kill(pid, syscall.SIGTERM)
 			}
 		}
+	case len(os.Args) == 3 && os.Args[1] == "alloc":
+		want, err := strconv.ParseInt(os.Args[2], 10, 64)
+		if err != nil {
+			fail("alloc: " + err.Error())
+		}
+		alloc(pipe, log, want)
 	default:
 		fail(fmt.Sprintf("unsupported arguments %q", os.Args[1:]))
 	}
+}
+
+// alloc allocates want MiB on the client's device 0 under the limits a server would apply.
+func alloc(pipe, log string, want int64) {
+	if _, err := os.Stat(filepath.Join(pipe, "control")); err != nil {
+		fail("cannot connect to the MPS control daemon")
+	}
+	b, err := os.ReadFile(filepath.Join(log, "control.log"))
+	if err != nil {
+		fail(err.Error())
+	}
+	// What the daemon serves and the defaults it was given, as of its last start.
+	var devices []string
+	defaults := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "daemon started "); ok {
+			_, visible, _ := strings.Cut(rest, "CUDA_VISIBLE_DEVICES=")
+			devices, defaults = strings.Split(visible, ","), map[string]int64{}
+		}
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "command" && f[1] == "set_default_device_pinned_mem_limit" {
+			defaults[f[2]] = mib(f[3])
+		}
+	}
+	if len(devices) == 0 || devices[0] == "" {
+		fail("the MPS daemon serves no device")
+	}
+	limit, ok := defaults[devices[0]]
+	if !ok {
+		limit = -1
+	}
+	if v := os.Getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"); v != "" {
+		for _, entry := range strings.Split(v, ",") {
+			dev, value, found := strings.Cut(entry, "=")
+			ordinal, err := strconv.Atoi(dev)
+			if !found || err != nil || ordinal < 0 || ordinal >= len(devices) {
+				fail(fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s: invalid device %q (the server has %d)", v, dev, len(devices)))
+			}
+			// A client may lower the server's limit, never raise it.
+			if n := mib(value); ordinal == 0 && (limit < 0 || n < limit) {
+				limit = n
+			}
+		}
+	}
+	line := fmt.Sprintf("client pid=%d device=%s limit=%dM threads=%s alloc=%dM", os.Getpid(), devices[0], limit, os.Getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), want)
+	if limit >= 0 && want > limit {
+		record(log, line+" out of memory")
+		fmt.Fprintln(os.Stderr, "fakempscontrol: CUDA error: out of memory")
+		os.Exit(2)
+	}
+	record(log, line+" ok")
+}
+
+// mib parses a limit as MPS writes them: <n>M or <n>G.
+func mib(v string) int64 {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(v, "G"):
+		mult, v = 1024, strings.TrimSuffix(v, "G")
+	case strings.HasSuffix(v, "M"):
+		v = strings.TrimSuffix(v, "M")
+	default:
+		fail(fmt.Sprintf("memory limit %q: want <n>M or <n>G", v))
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		fail(fmt.Sprintf("memory limit %q: %v", v, err))
+	}
+	return n * mult
 }
 
 func record(log, line string) {

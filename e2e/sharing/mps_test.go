@@ -39,19 +39,7 @@ func TestMPS(t *testing.T) {
 	e, _ := startEnv(ctx, t, "--nvidia-mps-control-path="+ctl)
 	mps := sharing.MPS{Control: ctl, Root: filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mps")}
 	mockDir := filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mock")
-	// The plugin runs on this machine's mount namespace: whatever a failed test leaves there
-	// goes before the node's directory is removed.
-	t.Cleanup(func() {
-		entries, _ := os.ReadDir(mps.Root)
-		for _, en := range entries {
-			if err := mps.Stop(context.Background(), en.Name()); err != nil {
-				t.Logf("cleaning up MPS claim %s: %v", en.Name(), err)
-			}
-		}
-		for _, m := range mountsUnder(t, mps.Root) {
-			_ = syscall.Unmount(m, syscall.MNT_DETACH)
-		}
-	})
+	cleanupMPS(t, mps)
 
 	uid := e.createMPSClaim(t, "mps", gpu0)
 	e.createPod(t, "mps-a", "mps")
@@ -241,6 +229,23 @@ func (e *env) createMPSClaim(t *testing.T, name, selector string) string {
 		t.Fatal(err)
 	}
 	return string(created.UID)
+}
+
+// cleanupMPS stops, when t ends, whatever daemons and mounts it left under mps.Root. The plugin
+// runs in this machine's mount namespace: what a failed test leaves there must go before the
+// node's directory is removed.
+func cleanupMPS(t *testing.T, mps sharing.MPS) {
+	t.Cleanup(func() {
+		keys, _ := mps.Keys()
+		for _, k := range keys {
+			if err := mps.Stop(context.Background(), k); err != nil {
+				t.Logf("cleaning up MPS daemon %s: %v", k, err)
+			}
+		}
+		for _, m := range mountsUnder(t, mps.Root) {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
 }
 
 // mountsAt and mountsUnder are the mount points of this machine's mount namespace (the

@@ -19,6 +19,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -29,6 +30,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/accelctl"
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
+	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 	"github.com/accel-dra/accel-dra/pkg/template"
 )
 
@@ -76,7 +78,8 @@ func startEnv(ctx context.Context, t *testing.T, pluginArgs ...string) (*env, []
 func TestConsumableMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e, slices := startEnv(ctx, t, "--consumable-memory")
+	ctl := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	e, slices := startEnv(ctx, t, "--consumable-memory", "--nvidia-mps-control-path="+ctl)
 	var uuid0 string
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {
@@ -211,16 +214,33 @@ func TestConsumableMemory(t *testing.T) {
 			t.Errorf("prepared claims %v (%v), want 0", v, err)
 		}
 	})
+
+	t.Run("MPSShares", func(t *testing.T) { e.testMPSShares(ctx, t, ctl, slices) })
 }
 
 func (e *env) createClaim(t *testing.T, name, memory string) {
 	t.Helper()
-	dc := framework.DeviceClaim("gpu", framework.GPUDriver, 1, []string{gpu0}, "")
+	e.createShareClaim(t, name, memory, gpu0, "")
+}
+
+// createShareClaim creates a claim for memory of one GPU matching selector, with the GpuConfig
+// sharing settings sharing ("" for none), and returns its UID.
+func (e *env) createShareClaim(t *testing.T, name, memory, selector, sharing string) string {
+	t.Helper()
+	dc := framework.DeviceClaim("gpu", framework.GPUDriver, 1, []string{selector}, "")
 	dc.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
+	if sharing != "" {
+		dc.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver:     framework.GPUDriver,
+			Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"accel-dra.io/v1alpha1","kind":"GpuConfig","sharing":` + sharing + `}`)},
+		}}}}
+	}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: resourceapi.ResourceClaimSpec{Devices: dc}}
-	if _, err := e.client.ResourceV1().ResourceClaims(ns).Create(e.ctx, claim, metav1.CreateOptions{}); err != nil {
+	created, err := e.client.ResourceV1().ResourceClaims(ns).Create(e.ctx, claim, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return string(created.UID)
 }
 
 func (e *env) createPod(t *testing.T, name, claim string) {

@@ -126,8 +126,8 @@ func repeat(s string, n int) []string {
 	return out
 }
 
-// TestSharingExample: docs/examples/gpu-sharing.yaml parses, its sharing config is valid, and
-// its memory-share pod fits a template of shared GPUs but asks what the example says.
+// TestSharingExample: docs/examples/gpu-sharing.yaml parses, its sharing configs (time-slicing
+// and MPS) are valid, and both of its memory-share pods fit a template of shared GPUs.
 func TestSharingExample(t *testing.T) {
 	data, err := os.ReadFile("../../docs/examples/gpu-sharing.yaml")
 	if err != nil {
@@ -137,27 +137,45 @@ func TestSharingExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs.Claims) != 1 || len(objs.Pods) != 3 || len(objs.Templates) != 1 {
-		t.Fatalf("example has %d claims, %d pods, %d templates; want 1, 3, 1", len(objs.Claims), len(objs.Pods), len(objs.Templates))
+	if len(objs.Claims) != 1 || len(objs.Pods) != 4 || len(objs.Templates) != 2 {
+		t.Fatalf("example has %d claims, %d pods, %d templates; want 1, 4, 2", len(objs.Claims), len(objs.Pods), len(objs.Templates))
 	}
-	for _, c := range objs.Claims[0].Spec.Devices.Config {
-		if _, err := configapi.Decode(c.Opaque.Parameters.Raw); err != nil {
+	configs := objs.Claims[0].Spec.Devices.Config
+	for _, tmpl := range objs.Templates {
+		configs = append(configs, tmpl.Spec.Spec.Devices.Config...)
+	}
+	strategies := map[string]bool{}
+	for _, c := range configs {
+		cfg, err := configapi.Decode(c.Opaque.Parameters.Raw)
+		if err != nil {
 			t.Errorf("example config: %v", err)
+			continue
+		}
+		if g, ok := cfg.(*configapi.GpuConfig); ok && g.Sharing != nil {
+			strategies[string(g.Sharing.Strategy)] = true
 		}
 	}
-	var pod *corev1.Pod
-	for _, p := range objs.Pods {
-		if p.Name == "memory-share" {
-			pod = p
+	if !strategies["TimeSlicing"] || !strategies["MPS"] {
+		t.Errorf("example sharing strategies %v, want TimeSlicing and MPS", strategies)
+	}
+	for _, name := range []string{"memory-share", "mps-memory-share"} {
+		var pod *corev1.Pod
+		for _, p := range objs.Pods {
+			if p.Name == name {
+				pod = p
+			}
 		}
-	}
-	shares := &Objects{Templates: objs.Templates, Pods: []*corev1.Pod{pod}}
-	claims, err := shares.ClaimsToAllocate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: consumableAnnotations(t, 1), Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims})
-	if err != nil || !rep.Template.Fits {
-		t.Fatalf("memory-share pod does not fit one shared GPU: %v %+v", err, rep)
+		if pod == nil {
+			t.Fatalf("example has no pod %s", name)
+		}
+		shares := &Objects{Templates: objs.Templates, Pods: []*corev1.Pod{pod}}
+		claims, err := shares.ClaimsToAllocate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: consumableAnnotations(t, 1), Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims})
+		if err != nil || !rep.Template.Fits {
+			t.Fatalf("%s pod does not fit one shared GPU: %v %+v", name, err, rep)
+		}
 	}
 }

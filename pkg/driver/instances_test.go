@@ -30,10 +30,15 @@ func (e *env) second(inv *device.Inventory) (*Driver, *ReconcileReport) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	d, err := New(e.ctx, Options{
+	opts := Options{
 		DriverName: e.driver, NodeName: nodeName, Inventory: inv,
 		CDI: cdi.New(e.cdiDir(), inv.Kind), State: store, Metrics: metrics.NewPlugin(e.driver), Kube: e.kube, Events: e.events,
-	})
+	}
+	// The new pod runs the same plugin, with the same settings.
+	if e.tweak != nil {
+		e.tweak(&opts)
+	}
+	d, err := New(e.ctx, opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}

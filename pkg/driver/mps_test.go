@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -256,8 +258,13 @@ func TestMPSPrepareFails(t *testing.T) {
 
 func TestMPSRefused(t *testing.T) {
 	e, m, _ := mpsEnv(t)
-	share := shareClaim("s1", "gpu-0", "10Gi")
-	share.Status.Allocation.Devices.Config = append(share.Status.Allocation.Devices.Config, sharingConfig(`{"strategy":"MPS"}`))
+	twoGPUs := mpsShare("s4", "gpu-0", "10Gi", `{"strategy":"MPS"}`)
+	second := mpsShare("x", "gpu-1", "10Gi", `{"strategy":"MPS"}`).Status.Allocation.Devices.Results[0]
+	second.Request = "r1"
+	twoGPUs.Status.Allocation.Devices.Results = append(twoGPUs.Status.Allocation.Devices.Results, second)
+	mixed := claim("s5", []result{{Device: "gpu-0"}, {Device: "gpu-1"}}, sharingConfig(`{"strategy":"MPS"}`))
+	id := types.UID("share-s5")
+	mixed.Status.Allocation.Devices.Results[0].ShareID = &id
 	for name, tc := range map[string]struct {
 		r    func() error
 		want string
@@ -265,7 +272,16 @@ func TestMPSRefused(t *testing.T) {
 		"device not in claim": {func() error {
 			return e.prepare(claim("m2", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS","mps":{"defaultPerDevicePinnedMemoryLimit":{"gpu-1":"1Gi"}}}`))).Err
 		}, "sharing.mps.defaultPerDevicePinnedMemoryLimit[gpu-1]: device gpu-1 is not one of the claim's devices"},
-		"share": {func() error { return e.prepare(share).Err }, "sharing.strategy: MPS cannot be used on a share of device gpu-0"},
+		"limit above the share": {func() error {
+			return e.prepare(mpsShare("s2", "gpu-0", "10Gi", `{"strategy":"MPS","mps":{"defaultPinnedDeviceMemoryLimit":"12Gi"}}`)).Err
+		}, "sharing.mps.defaultPinnedDeviceMemoryLimit: 12Gi is more than the claim's share of device gpu-0 (10Gi of memory)"},
+		"device limit above the share": {func() error {
+			return e.prepare(mpsShare("s3", "gpu-0", "10Gi", `{"strategy":"MPS","mps":{"defaultPerDevicePinnedMemoryLimit":{"gpu-0":"11Gi"}}}`)).Err
+		}, "sharing.mps.defaultPerDevicePinnedMemoryLimit[gpu-0]: 11Gi is more than the claim's share of device gpu-0 (10Gi of memory)"},
+		"shares of two GPUs": {func() error { return e.prepare(twoGPUs).Err },
+			"MPS on consumable-memory shares serves one GPU per claim (a container reaches one MPS daemon, and each GPU's daemon serves all of its shares), but the claim has shares of devices gpu-0 and gpu-1"},
+		"share and whole device": {func() error { return e.prepare(mixed).Err },
+			"MPS on consumable-memory shares needs every device of the claim to be a share, but device gpu-1 is allocated whole"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := tc.r(); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -276,5 +292,140 @@ func TestMPSRefused(t *testing.T) {
 	entries, _ := os.ReadDir(m.Root)
 	if len(entries) != 0 {
 		t.Errorf("refused claims left MPS directories: %v", entries)
+	}
+}
+
+// mpsShare is a share of device dev, consuming memory, with the MPS config cfg.
+func mpsShare(uid, dev, memory, cfg string) *resourceapi.ResourceClaim {
+	c := shareClaim(uid, dev, memory)
+	c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, sharingConfig(cfg))
+	return c
+}
+
+// TestMPSShares: MPS claims on consumable-memory shares of one GPU are served by one daemon, the
+// GPU's, started by the first share and stopped by the last, whichever instance of the plugin
+// (a rolling update) prepares or unprepares them. The daemon gets no limits of its own; each
+// claim's containers get its limits as MPS client variables (its share, or less if its config
+// asks for less), and the daemon's directories and /dev/shm.
+func TestMPSShares(t *testing.T) {
+	e, m, f := mpsEnv(t)
+	u0 := e.inv.Devices[0].UUID
+	s1 := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	s2 := mpsShare("s2", "gpu-0", "20Gi", `{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":30,"defaultPinnedDeviceMemoryLimit":"12Gi"}}`)
+	s3 := mpsShare("s3", "gpu-0", "40Gi", `{"strategy":"MPS","mps":{"defaultPerDevicePinnedMemoryLimit":{"gpu-0":"1.5Gi"}}}`)
+	e.exist(s1, s2, s3)
+	f.take()
+	if r := e.prepare(s1); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	pid, ok := m.Running(u0)
+	if !ok {
+		t.Fatal("no MPS daemon for the GPU after its first share was prepared")
+	}
+	if got := f.take(); got != u0+"=EXCLUSIVE_PROCESS" {
+		t.Errorf("compute modes set by the first share: %q", got)
+	}
+	// The new pod of a rolling update prepares the other two, and adopts the GPU's daemon.
+	b, _ := e.second(e.inv)
+	for _, c := range []*resourceapi.ResourceClaim{s2, s3} {
+		if err := prepareOn(e.ctx, b, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again, ok := m.Running(u0); !ok || again != pid {
+		t.Fatalf("after three shares: daemon %d (running %v), want the first share's %d", again, ok, pid)
+	}
+	pipe, logDir := m.Dirs(u0)
+	log, err := os.ReadFile(filepath.Join(logDir, "control.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), "daemon started"); n != 1 || strings.Contains(string(log), "command ") || !strings.Contains(string(log), "CUDA_VISIBLE_DEVICES="+u0+"\n") {
+		t.Errorf("the GPU's daemon was started %d times, or given commands, or not on the GPU alone:\n%s", n, log)
+	}
+	for c, want := range map[string][]string{
+		"s1": {EnvMPSPinnedMemoryLimit + "=0=20480M"},
+		"s2": {EnvMPSPinnedMemoryLimit + "=0=12288M", EnvMPSActiveThreadPercentage + "=30"},
+		"s3": {EnvMPSPinnedMemoryLimit + "=0=1536M"},
+	} {
+		spec, err := os.ReadFile(e.specPath(types.UID(c)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir, `"hostPath":"`+m.ShmDir(u0)+`","containerPath":"/dev/shm"`)
+		for _, w := range want {
+			if !strings.Contains(string(spec), w) {
+				t.Errorf("spec of %s lacks %s:\n%s", c, w, spec)
+			}
+		}
+		if c == "s1" && strings.Contains(string(spec), EnvMPSActiveThreadPercentage) {
+			t.Errorf("spec of %s has a thread limit it did not ask for:\n%s", c, spec)
+		}
+	}
+
+	// The first two shares go, one through each instance; the daemon stays for the third, and
+	// so do the GPU's compute mode and /dev/shm.
+	f.take()
+	if err := e.unprepare("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOn(e.ctx, b, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if again, ok := m.Running(u0); !ok || again != pid {
+		t.Fatalf("after two of three shares went: daemon %d (running %v), want %d", again, ok, pid)
+	}
+	if mounted, _ := sharing.IsMountPoint(m.ShmDir(u0)); !mounted {
+		t.Errorf("after two of three shares went: /dev/shm not mounted")
+	}
+	if got := f.take(); got != "" {
+		t.Errorf("compute modes set when two of three shares went: %q, want none", got)
+	}
+	// A restart keeps it.
+	e.start()
+	if again, ok := m.Running(u0); !ok || again != pid {
+		t.Fatalf("after a restart: daemon %d (running %v), want %d adopted", again, ok, pid)
+	}
+	f.take()
+	// The last share stops it, through the instance that did not start it.
+	if err := unprepareOn(e.ctx, b, "s3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Running(u0); ok || exists(filepath.Join(m.Root, u0)) {
+		t.Errorf("the GPU's daemon or directory is left after its last share went")
+	}
+	if got := f.take(); got != u0+"=DEFAULT" {
+		t.Errorf("compute modes set when the last share went: %q", got)
+	}
+}
+
+// TestMPSSweep: a daemon directory that no record counts on (left from before a reboot, whose
+// records need nothing released, or whose record was moved aside) is stopped and removed at
+// start-up; those of prepared claims are kept.
+func TestMPSSweep(t *testing.T) {
+	e, m, _ := mpsEnv(t)
+	c := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	e.exist(c)
+	if r := e.prepare(c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	u0, u1 := e.inv.Devices[0].UUID, e.inv.Devices[1].UUID
+	// A daemon of the other GPU and one of a claim, with no record.
+	for _, key := range []string{u1, "gone-claim"} {
+		if _, err := m.Ensure(e.ctx, key, []string{u1}, sharing.MPSLimits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := e.start()
+	if got, want := strings.Join(rep.MPSStopped, " "), u1+" gone-claim"; got != want {
+		t.Errorf("daemons stopped at start-up: %q, want %q", got, want)
+	}
+	for _, key := range []string{u1, "gone-claim"} {
+		if _, ok := m.Running(key); ok || exists(filepath.Join(m.Root, key)) {
+			t.Errorf("daemon %s that no record counts on is left", key)
+		}
+	}
+	if _, ok := m.Running(u0); !ok {
+		t.Error("the daemon of a prepared share was stopped at start-up")
 	}
 }

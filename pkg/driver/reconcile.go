@@ -30,6 +30,10 @@ type ReconcileReport struct {
 	Refused []string
 	// MIGDestroyed are the MIG instances (dynamic MIG) that no claim held and were destroyed.
 	MIGDestroyed []string
+	// MPSStopped are the MPS control daemons (their keys) that no record counted on and were
+	// stopped and removed: directories left from before a reboot, or the daemon of a record
+	// that was moved aside as corrupt.
+	MPSStopped []string
 }
 
 // Reconcile brings the node back to the checkpoint's truth after a start. It runs before the
@@ -82,7 +86,7 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	}
 	logger.Info("Checkpoint reconciled", "restored", len(rep.Restored), "specsCreated", len(rep.SpecsCreated),
 		"rolledBack", len(rep.RolledBack), "dropped", len(rep.Dropped), "stale", len(rep.Stale),
-		"orphans", len(rep.Orphans), "corrupt", len(rep.Corrupt), "inFlight", len(rep.InFlight), "refused", len(rep.Refused), "migDestroyed", len(rep.MIGDestroyed))
+		"orphans", len(rep.Orphans), "corrupt", len(rep.Corrupt), "inFlight", len(rep.InFlight), "refused", len(rep.Refused), "migDestroyed", len(rep.MIGDestroyed), "mpsStopped", len(rep.MPSStopped))
 	return rep, nil
 }
 
@@ -151,6 +155,8 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 		kept = append(kept, c)
 	}
 
+	rep.MPSStopped = d.sweepMPS(ctx)
+
 	specs, err := d.opts.CDI.List()
 	if err != nil {
 		return nil, fmt.Errorf("listing CDI specs: %w", err)
@@ -196,4 +202,42 @@ func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, erro
 		return false, err
 	}
 	return string(got.UID) != c.UID, nil
+}
+
+// sweepMPS stops the MPS daemons that no record counts on and removes their directories (a
+// record of an earlier boot needs nothing released, so its daemon's directory is left for
+// this). A daemon that cannot be stopped is logged and left for the next start: it holds no
+// device that a claim could be given. Called with the node lock held, after the index was
+// loaded, so that the other instance's records count too.
+func (d *Driver) sweepMPS(ctx context.Context) []string {
+	if d.opts.MPS == nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	keys, err := d.opts.MPS.Keys()
+	if err != nil {
+		logger.Error(err, "Cannot look for MPS control daemons that no claim uses")
+		return nil
+	}
+	needed := map[string]bool{}
+	d.mu.Lock()
+	for _, c := range d.claims {
+		if isMPS(c) {
+			needed[mpsDaemon(c)] = true
+		}
+	}
+	d.mu.Unlock()
+	var stopped []string
+	for _, key := range keys {
+		if needed[key] {
+			continue
+		}
+		if err := d.opts.MPS.Stop(ctx, key); err != nil {
+			logger.Error(err, "Cannot stop an MPS control daemon that no claim uses", "daemon", key)
+			continue
+		}
+		logger.Info("Stopped an MPS control daemon that no claim uses", "daemon", key)
+		stopped = append(stopped, key)
+	}
+	return stopped
 }

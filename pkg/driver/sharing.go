@@ -168,7 +168,7 @@ func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*
 	}
 	for _, pd := range rec.Devices {
 		if pd.ShareID != "" {
-			return nil, fmt.Errorf("claim %s: sharing.strategy: MPS cannot be used on a share of device %s (consumable memory): the claim's MPS daemon would not serve the GPU's other claims", ref, pd.Device)
+			return d.planMPSShare(ref, rec, m)
 		}
 	}
 	out := &checkpoint.Sharing{Strategy: string(configapi.StrategyMPS)}
@@ -207,6 +207,120 @@ func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*
 	return out, nil
 }
 
+// planMPSShare plans MPS for a claim of consumable-memory shares. A GPU in EXCLUSIVE_PROCESS
+// mode runs one MPS server, so all MPS shares of a GPU use one daemon, the GPU's (mpsDaemon),
+// and a claim's limits cannot be the daemon's: they go to the claim's containers as the MPS
+// client variables, which the server applies to each client process (sharingEnv). The pinned
+// memory limit is the claim's share unless the config asks for less; a client reaches one
+// daemon, so the claim must hold shares of one GPU only.
+func (d *Driver) planMPSShare(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
+	var gpu *checkpoint.PreparedDevice
+	var shareBytes int64
+	for i := range rec.Devices {
+		pd := &rec.Devices[i]
+		switch {
+		case pd.ShareID == "":
+			return nil, fmt.Errorf("claim %s: sharing.strategy: MPS on consumable-memory shares needs every device of the claim to be a share, but device %s is allocated whole; put it in a claim of its own", ref, pd.Device)
+		case gpu != nil && pd.UUID != gpu.UUID:
+			return nil, fmt.Errorf("claim %s: sharing.strategy: MPS on consumable-memory shares serves one GPU per claim (a container reaches one MPS daemon, and each GPU's daemon serves all of its shares), but the claim has shares of devices %s and %s; use one claim per GPU", ref, gpu.Device, pd.Device)
+		}
+		gpu = pd
+		if q, ok := pd.ConsumedCapacity[string(slices.CapacityMemory)]; ok {
+			shareBytes += q.Value()
+		}
+	}
+	out := &checkpoint.Sharing{Strategy: string(configapi.StrategyMPS)}
+	// Rounded down: the limit must not give the client more than its share.
+	limit := shareBytes >> 20
+	if m != nil {
+		if m.DefaultActiveThreadPercentage != nil {
+			out.ActiveThreadPercentage = *m.DefaultActiveThreadPercentage
+		}
+		check := func(field string, q resource.Quantity) error {
+			if shareBytes > 0 && q.Value() > shareBytes {
+				return fmt.Errorf("claim %s: sharing.mps.%s: %s is more than the claim's share of device %s (%s of memory); ask for at most the share, or for a larger share", ref, field, q.String(), gpu.Device, resource.NewQuantity(shareBytes, resource.BinarySI).String())
+			}
+			limit = (q.Value() + (1<<20 - 1)) >> 20
+			if shareBytes > 0 {
+				limit = min(limit, shareBytes>>20)
+			}
+			return nil
+		}
+		if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
+			if err := check("defaultPinnedDeviceMemoryLimit", *q); err != nil {
+				return nil, err
+			}
+		}
+		names := make([]string, 0, len(m.DefaultPerDevicePinnedMemoryLimit))
+		for n := range m.DefaultPerDevicePinnedMemoryLimit {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if n != gpu.Device {
+				return nil, fmt.Errorf("claim %s: sharing.mps.defaultPerDevicePinnedMemoryLimit[%s]: device %s is not one of the claim's devices", ref, n, n)
+			}
+			if err := check("defaultPerDevicePinnedMemoryLimit["+n+"]", m.DefaultPerDevicePinnedMemoryLimit[n]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if limit > 0 {
+		out.PinnedMemoryMiB = map[string]int64{gpu.UUID: limit}
+	}
+	return out, nil
+}
+
+// mpsShareGPU is the GPU whose shared MPS daemon serves c, if c is an MPS claim of shares.
+func mpsShareGPU(c *checkpoint.Claim) (string, bool) {
+	if !isMPS(c) {
+		return "", false
+	}
+	for _, pd := range c.Devices {
+		if pd.ShareID != "" {
+			return pd.UUID, true
+		}
+	}
+	return "", false
+}
+
+// mpsDaemon is the key of the MPS daemon that serves c: its own (its UID), or for shares of a
+// GPU the GPU's (its UUID, which no claim UID can be), shared by all MPS shares of that GPU.
+func mpsDaemon(c *checkpoint.Claim) string {
+	if uuid, ok := mpsShareGPU(c); ok {
+		return uuid
+	}
+	return c.UID
+}
+
+// daemonUsedByOther reports whether an MPS claim other than self is served by the daemon key.
+func (d *Driver) daemonUsedByOther(key string, self types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, c := range d.claims {
+		if uid != self && isMPS(c) && mpsDaemon(c) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// stopDaemon stops the MPS daemon of c unless another claim is served by it (a GPU's daemon of
+// shares, whose last claim stops it). Called with the node lock held, so that no other
+// instance starts or counts on the daemon meanwhile.
+func (d *Driver) stopDaemon(ctx context.Context, c *checkpoint.Claim) error {
+	key := mpsDaemon(c)
+	if d.daemonUsedByOther(key, types.UID(c.UID)) {
+		klog.FromContext(ctx).V(2).Info("Leaving the GPU's MPS control daemon to its other shares", "claim", klog.KRef(c.Namespace, c.Name), "daemon", key)
+		return nil
+	}
+	if err := d.opts.MPS.Stop(ctx, key); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name), "daemon", key)
+	return nil
+}
+
 func isMPS(c *checkpoint.Claim) bool {
 	return c.Sharing != nil && c.Sharing.Strategy == string(configapi.StrategyMPS)
 }
@@ -232,14 +346,34 @@ func mpsGPUs(c *checkpoint.Claim) []string {
 }
 
 // sharingEnv is what the claim's sharing adds to its containers' environment: the MPS daemon's
-// directories.
+// directories, and for shares the claim's limits as MPS client variables. The pinned memory
+// limit names the GPU by ordinal: the GPU's daemon serves that one GPU (CUDA_VISIBLE_DEVICES),
+// so it is device 0 of every client.
 func (d *Driver) sharingEnv(rec *checkpoint.Claim) []string {
 	if !isMPS(rec) || d.opts.MPS == nil {
 		return nil
 	}
-	pipe, log := d.opts.MPS.Dirs(rec.UID)
-	return []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
+	pipe, log := d.opts.MPS.Dirs(mpsDaemon(rec))
+	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
+	uuid, shared := mpsShareGPU(rec)
+	if !shared {
+		return env
+	}
+	if mib, ok := rec.Sharing.PinnedMemoryMiB[uuid]; ok {
+		env = append(env, fmt.Sprintf("%s=0=%dM", EnvMPSPinnedMemoryLimit, mib))
+	}
+	if p := rec.Sharing.ActiveThreadPercentage; p > 0 {
+		env = append(env, fmt.Sprintf("%s=%d", EnvMPSActiveThreadPercentage, p))
+	}
+	return env
 }
+
+// The MPS client variables a share's containers get. A client may lower them, never raise
+// them above what its server allows; the GPU's daemon has no limits of its own (docs/sharing.md).
+const (
+	EnvMPSPinnedMemoryLimit      = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+)
 
 // sharingMounts are the claim's MPS directories, at the same paths in the container, and the
 // daemon's tmpfs as the container's /dev/shm (it replaces the runtime's own /dev/shm mount).
@@ -247,11 +381,12 @@ func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
 	if !isMPS(rec) || d.opts.MPS == nil {
 		return nil
 	}
-	pipe, log := d.opts.MPS.Dirs(rec.UID)
+	key := mpsDaemon(rec)
+	pipe, log := d.opts.MPS.Dirs(key)
 	return []*specs.Mount{
 		{HostPath: pipe, ContainerPath: pipe, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		{HostPath: log, ContainerPath: log, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		{HostPath: d.opts.MPS.ShmDir(rec.UID), ContainerPath: "/dev/shm", Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+		{HostPath: d.opts.MPS.ShmDir(key), ContainerPath: "/dev/shm", Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	}
 }
 
@@ -304,7 +439,12 @@ func (d *Driver) restoreComputeModes(ctx context.Context, self types.UID, uuids 
 	return err
 }
 
+// mpsLimits are the limits c's daemon is started with: a claim's own daemon takes the claim's;
+// a GPU's daemon of shares takes none, its claims' limits are their clients' (sharingEnv).
 func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
+	if _, shared := mpsShareGPU(c); shared {
+		return sharing.MPSLimits{}
+	}
 	return sharing.MPSLimits{ActiveThreadPercentage: c.Sharing.ActiveThreadPercentage, PinnedMemoryMiB: c.Sharing.PinnedMemoryMiB}
 }
 
@@ -322,7 +462,7 @@ func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
 	if _, err := d.setComputeModes(ctx, d.computeModeGPUs(c), device.ComputeModeExclusiveProcess); err != nil {
 		logger.Error(err, "Cannot set the compute mode of a prepared MPS claim's GPUs", "claim", klog.KRef(c.Namespace, c.Name))
 	}
-	started, err := d.opts.MPS.Ensure(ctx, c.UID, gpuUUIDs(c), mpsLimits(c))
+	started, err := d.opts.MPS.Ensure(ctx, mpsDaemon(c), gpuUUIDs(c), mpsLimits(c))
 	switch {
 	case err != nil:
 		logger.Error(err, "Cannot restart the MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
@@ -390,20 +530,36 @@ func timeSliced(c *checkpoint.Claim) []string {
 // back the GPUs it had already set, unless another claim needs them so.
 func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
+		if _, shared := mpsShareGPU(rec); shared {
+			// The GPU's daemon is started by its first share and stopped by its last, which
+			// either instance of the plugin may prepare: under the node lock, the records
+			// say which claims count on it.
+			l, err := d.lock(ctx)
+			if err != nil {
+				return fmt.Errorf("sharing.mps: %w", err)
+			}
+			defer l.Unlock()
+			if _, found := d.indexed(rec.UID); !found {
+				return fmt.Errorf("sharing.mps: the claim was unprepared while it was being prepared")
+			}
+		}
 		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
 		// driver does it. The record, written already, says to put DEFAULT back.
 		set, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
+		started := false
 		if err == nil {
-			_, err = d.opts.MPS.Ensure(ctx, rec.UID, gpuUUIDs(rec), mpsLimits(rec))
+			started, err = d.opts.MPS.Ensure(ctx, mpsDaemon(rec), gpuUUIDs(rec), mpsLimits(rec))
 		}
 		if err != nil {
-			_ = d.opts.MPS.Stop(ctx, rec.UID)
+			if serr := d.stopDaemon(ctx, rec); serr != nil {
+				klog.FromContext(ctx).Error(serr, "Stopping the MPS control daemon after a failed prepare")
+			}
 			if rerr := d.restoreComputeModes(ctx, types.UID(rec.UID), set); rerr != nil {
 				klog.FromContext(ctx).Error(rerr, "Putting back the default compute mode after a failed prepare")
 			}
 			return fmt.Errorf("sharing.mps: %w", err)
 		}
-		klog.FromContext(ctx).V(2).Info("Started MPS control daemon", "claim", klog.KRef(rec.Namespace, rec.Name))
+		klog.FromContext(ctx).V(2).Info("MPS control daemon ready", "claim", klog.KRef(rec.Namespace, rec.Name), "daemon", mpsDaemon(rec), "started", started)
 		return nil
 	}
 	// Time-slicing applies to processes of the GPU's DEFAULT compute mode, which NVIDIA's driver
@@ -458,10 +614,9 @@ func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error 
 	}
 	if isMPS(c) {
 		if d.opts.MPS != nil {
-			if err := d.opts.MPS.Stop(ctx, c.UID); err != nil {
+			if err := d.stopDaemon(ctx, c); err != nil {
 				return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
 			}
-			klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name))
 		}
 		if err := d.restoreComputeModes(ctx, types.UID(c.UID), d.computeModeGPUs(c)); err != nil {
 			return fmt.Errorf("putting back the default compute mode: %w", err)

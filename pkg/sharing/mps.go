@@ -15,24 +15,27 @@ import (
 	"time"
 )
 
-// MPS runs one MPS control daemon per prepared claim, as a child process of the plugin in its
-// own session, so that it outlives a plugin process that is killed or restarted: the plugin
-// finds it again by its pid file (adoption). A restart of the plugin's container kills it with
-// the container; the plugin then starts it again for every prepared MPS claim.
+// MPS runs MPS control daemons, each named by a key: a prepared claim's UID for a claim that
+// has its GPUs to itself, or a GPU's UUID for the one daemon that serves every MPS share of
+// that GPU (consumable memory), since a GPU in EXCLUSIVE_PROCESS mode takes one MPS server. A
+// daemon is a child process of the plugin in its own session, so that it outlives a plugin
+// process that is killed or restarted: the plugin finds it again by its pid file (adoption). A
+// restart of the plugin's container kills it with the container; the plugin then starts it
+// again for every prepared MPS claim.
 //
-// Each claim's daemon has its own directory under Root: pipe/ (CUDA_MPS_PIPE_DIRECTORY), log/
+// Each daemon has its own directory under Root: pipe/ (CUDA_MPS_PIPE_DIRECTORY), log/
 // (CUDA_MPS_LOG_DIRECTORY), shm/ (a tmpfs that is the daemon's and the containers' /dev/shm,
-// shm.go) and pid. The claim's containers get pipe/ and log/ mounted at the same paths, shm/ at
-// /dev/shm, and the two variables (docs/sharing.md).
+// shm.go) and pid. The containers it serves get pipe/ and log/ mounted at the same paths, shm/
+// at /dev/shm, and the two variables (docs/sharing.md).
 type MPS struct {
 	// Control is the nvidia-cuda-mps-control binary, normally under the driver root.
 	Control string
-	// Root holds the per-claim directories; it must be the same path on the host as here (the
+	// Root holds the daemons' directories; it must be the same path on the host as here (the
 	// plugin data directory is).
 	Root string
 	// LibraryPath is prepended to LD_LIBRARY_PATH, as for NvidiaSMI.
 	LibraryPath []string
-	// ShmSize is the size option of each claim's /dev/shm tmpfs; default DefaultShmSize.
+	// ShmSize is the size option of each daemon's /dev/shm tmpfs; default DefaultShmSize.
 	ShmSize string
 	// Shim is the binary that runs RunShim; default SelfExe (the plugin, whose main calls it).
 	Shim string
@@ -46,17 +49,36 @@ type MPSLimits struct {
 	PinnedMemoryMiB map[string]int64
 }
 
-// Dirs are the pipe and log directories of a claim's daemon.
-func (m MPS) Dirs(claimUID string) (pipe, log string) {
-	d := filepath.Join(m.Root, claimUID)
+// Dirs are the pipe and log directories of the daemon key.
+func (m MPS) Dirs(key string) (pipe, log string) {
+	d := filepath.Join(m.Root, key)
 	return filepath.Join(d, "pipe"), filepath.Join(d, "log")
 }
 
-func (m MPS) pidFile(claimUID string) string { return filepath.Join(m.Root, claimUID, "pid") }
+// Keys are the keys of the daemons that have a directory under Root, sorted: those running and
+// those whose directory a crash left behind.
+func (m MPS) Keys() ([]string, error) {
+	entries, err := os.ReadDir(m.Root)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing MPS daemons: %w", err)
+	}
+	var keys []string
+	for _, e := range entries {
+		if e.IsDir() {
+			keys = append(keys, e.Name())
+		}
+	}
+	return keys, nil
+}
 
-// Running returns the pid of the claim's daemon if it is alive and is the claim's daemon.
-func (m MPS) Running(claimUID string) (int, bool) {
-	b, err := os.ReadFile(m.pidFile(claimUID))
+func (m MPS) pidFile(key string) string { return filepath.Join(m.Root, key, "pid") }
+
+// Running returns the pid of the daemon key if it is alive and is that daemon.
+func (m MPS) Running(key string) (int, bool) {
+	b, err := os.ReadFile(m.pidFile(key))
 	if err != nil {
 		return 0, false
 	}
@@ -74,21 +96,21 @@ func (m MPS) Running(claimUID string) (int, bool) {
 		}
 	}
 	// The pid file may be older than the process that has its pid now (a reboot, a new pid
-	// namespace after a container restart): only a process started with this claim's pipe
+	// namespace after a container restart): only a process started with this key's pipe
 	// directory is its daemon, and only that one may be adopted or stopped.
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {
 		return 0, false
 	}
-	pipe, _ := m.Dirs(claimUID)
+	pipe, _ := m.Dirs(key)
 	if !bytes.Contains(append([]byte{0}, environ...), []byte("\x00CUDA_MPS_PIPE_DIRECTORY="+pipe+"\x00")) {
 		return 0, false
 	}
 	return pid, true
 }
 
-func (m MPS) env(claimUID string, uuids []string) []string {
-	pipe, log := m.Dirs(claimUID)
+func (m MPS) env(key string, uuids []string) []string {
+	pipe, log := m.Dirs(key)
 	env := append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+log)
 	if len(uuids) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(uuids, ","))
@@ -103,28 +125,28 @@ func (m MPS) env(claimUID string, uuids []string) []string {
 	return env
 }
 
-// Ensure starts the claim's daemon on the GPUs uuids and applies limits, unless it is running
+// Ensure starts the daemon key on the GPUs uuids and applies limits, unless it is running
 // already (adopted: it kept the limits it was given). It reports whether it started one.
-func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits MPSLimits) (started bool, err error) {
-	shm := m.ShmDir(claimUID)
-	if pid, ok := m.Running(claimUID); ok {
+func (m MPS) Ensure(ctx context.Context, key string, uuids []string, limits MPSLimits) (started bool, err error) {
+	shm := m.ShmDir(key)
+	if pid, ok := m.Running(key); ok {
 		// The daemon keeps the tmpfs it was started with; if that is no longer the one at
 		// shm/ (someone unmounted it), containers prepared from now on would not reach it.
 		if mounted, _ := IsMountPoint(shm); mounted {
 			return false, nil
 		}
-		if err := m.kill(ctx, claimUID, pid); err != nil {
+		if err := m.kill(ctx, key, pid); err != nil {
 			return false, err
 		}
 	}
-	pipe, log := m.Dirs(claimUID)
+	pipe, log := m.Dirs(key)
 	for _, d := range []string{pipe, log} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return false, fmt.Errorf("MPS directories: %w", err)
 		}
 	}
 	if err := mountShm(shm, cmp.Or(m.ShmSize, DefaultShmSize)); err != nil {
-		_ = m.remove(claimUID)
+		_ = m.remove(key)
 		return false, err
 	}
 	// A daemon that was killed leaves its control pipe behind; waiting for it below must see
@@ -140,20 +162,20 @@ func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits
 	defer out.Close()
 	argv := shimCommand(cmp.Or(m.Shim, SelfExe), shm, m.Control, "-f")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = m.env(claimUID, uuids)
+	cmd.Env = m.env(key, uuids)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own session, to outlive the plugin; its own mount namespace, for its /dev/shm.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
 	if err := cmd.Start(); err != nil {
-		_ = m.remove(claimUID)
+		_ = m.remove(key)
 		return false, fmt.Errorf("starting %s -f: %w", m.Control, err)
 	}
 	// Reap it if it ends while this process lives; after a restart init does.
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	if err := os.WriteFile(m.pidFile(claimUID), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(m.pidFile(key), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		_ = cmd.Process.Kill()
-		_ = m.remove(claimUID)
+		_ = m.remove(key)
 		return false, fmt.Errorf("MPS pid file: %w", err)
 	}
 	// The daemon is ready once its control pipe exists.
@@ -171,7 +193,7 @@ func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits
 		}
 		if time.Now().After(deadline) {
 			tail := lastLine(outPath)
-			_ = m.Stop(ctx, claimUID)
+			_ = m.Stop(ctx, key)
 			return false, fmt.Errorf("MPS control daemon did not start: %s", tail)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -186,18 +208,18 @@ func (m MPS) Ensure(ctx context.Context, claimUID string, uuids []string, limits
 		}
 	}
 	for _, c := range cmds {
-		if err := m.command(ctx, claimUID, c); err != nil {
-			_ = m.Stop(ctx, claimUID)
+		if err := m.command(ctx, key, c); err != nil {
+			_ = m.Stop(ctx, key)
 			return false, err
 		}
 	}
 	return true, nil
 }
 
-// command sends one command to the claim's daemon, as `echo <cmd> | nvidia-cuda-mps-control`.
-func (m MPS) command(ctx context.Context, claimUID, c string) error {
+// command sends one command to the daemon key, as `echo <cmd> | nvidia-cuda-mps-control`.
+func (m MPS) command(ctx context.Context, key, c string) error {
 	cmd := exec.CommandContext(ctx, m.Control)
-	cmd.Env = m.env(claimUID, nil)
+	cmd.Env = m.env(key, nil)
 	cmd.Stdin = strings.NewReader(c + "\n")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -207,25 +229,25 @@ func (m MPS) command(ctx context.Context, claimUID, c string) error {
 	return nil
 }
 
-// Stop ends the claim's daemon (quit, then SIGKILL after a grace period), unmounts its /dev/shm
-// and removes its directories. A claim without daemon is stopped already.
-func (m MPS) Stop(ctx context.Context, claimUID string) error {
-	if pid, ok := m.Running(claimUID); ok {
-		if err := m.kill(ctx, claimUID, pid); err != nil {
+// Stop ends the daemon key (quit, then SIGKILL after a grace period), unmounts its /dev/shm
+// and removes its directories. A key without daemon is stopped already.
+func (m MPS) Stop(ctx context.Context, key string) error {
+	if pid, ok := m.Running(key); ok {
+		if err := m.kill(ctx, key, pid); err != nil {
 			return err
 		}
 	}
-	return m.remove(claimUID)
+	return m.remove(key)
 }
 
-// kill ends the daemon pid of the claim: quit, then SIGKILL after a grace period.
-func (m MPS) kill(ctx context.Context, claimUID string, pid int) error {
+// kill ends the daemon pid of key: quit, then SIGKILL after a grace period.
+func (m MPS) kill(ctx context.Context, key string, pid int) error {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_ = m.command(qctx, claimUID, "quit")
+	_ = m.command(qctx, key, "quit")
 	cancel()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok := m.Running(claimUID); !ok {
+		if _, ok := m.Running(key); !ok {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -238,13 +260,13 @@ func (m MPS) kill(ctx context.Context, claimUID string, pid int) error {
 	}
 }
 
-// remove unmounts the claim's /dev/shm and removes its directory. The tmpfs goes first: removing
+// remove unmounts the daemon's /dev/shm and removes its directory. The tmpfs goes first: removing
 // the directory tree would otherwise empty it and then fail on the mount point.
-func (m MPS) remove(claimUID string) error {
-	if err := unmountShm(m.ShmDir(claimUID)); err != nil {
+func (m MPS) remove(key string) error {
+	if err := unmountShm(m.ShmDir(key)); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(filepath.Join(m.Root, claimUID)); err != nil {
+	if err := os.RemoveAll(filepath.Join(m.Root, key)); err != nil {
 		return fmt.Errorf("removing MPS directories: %w", err)
 	}
 	return nil

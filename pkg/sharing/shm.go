@@ -10,17 +10,17 @@ import (
 )
 
 // MPS clients reach their server through POSIX shared memory in /dev/shm as well as through the
-// pipe directory, so a claim's daemon and the claim's containers must see one /dev/shm, and no
-// other claim may see it. Like NVIDIA's DRA driver, the plugin mounts a tmpfs per claim at
-// <Root>/<claim UID>/shm (on the host, through the data directory's bidirectional mount
-// propagation) and mounts that directory at /dev/shm in the claim's containers (CDI) and in the
-// daemon. The daemon gets it through a shim: the plugin's own binary, started in a new mount
+// pipe directory, so a daemon and the containers it serves must see one /dev/shm, and no other
+// container may see it. Like NVIDIA's DRA driver, the plugin mounts a tmpfs per daemon at
+// <Root>/<key>/shm (on the host, through the data directory's bidirectional mount propagation)
+// and mounts that directory at /dev/shm in the daemon and in its claims' containers (CDI): one
+// claim's, or those of every MPS share of one GPU. The daemon gets it through a shim: the plugin's own binary, started in a new mount
 // namespace, bind-mounts the directory over /dev/shm there and then executes the control
 // binary (Go cannot mount between fork and exec).
 
-// DefaultShmSize is the size limit of a claim's /dev/shm tmpfs: half of the node's memory,
+// DefaultShmSize is the size limit of a daemon's /dev/shm tmpfs: half of the node's memory,
 // which is tmpfs's own default and what NVIDIA's driver uses. tmpfs takes memory only for what
-// is stored in it; the limit caps what one claim's MPS clients can pin there.
+// is stored in it; the limit caps what one daemon's MPS clients can pin there.
 const DefaultShmSize = "50%"
 
 // ShimArg is the hidden first argument that makes the plugin binary the shim (RunShim).
@@ -29,8 +29,9 @@ const ShimArg = "__accel-dra-mps-shm-exec"
 // SelfExe is the shim binary MPS uses by default: the running plugin itself.
 const SelfExe = "/proc/self/exe"
 
-// ShmDir is the host directory whose tmpfs is the /dev/shm of the claim's daemon and containers.
-func (m MPS) ShmDir(claimUID string) string { return filepath.Join(m.Root, claimUID, "shm") }
+// ShmDir is the host directory whose tmpfs is the /dev/shm of the daemon key and of the
+// containers it serves.
+func (m MPS) ShmDir(key string) string { return filepath.Join(m.Root, key, "shm") }
 
 // IsMountPoint reports whether dir is the root of a mount: its device differs from its
 // parent's. A tmpfs always has a device of its own, so this is exact for the mounts made here,
@@ -61,10 +62,10 @@ func mountShm(dir, size string) error {
 	// mode 1777 as /dev/shm has, so that containers running as any user can use it.
 	err := unix.Mount("accel-dra-mps-shm", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+size)
 	if errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("mounting a tmpfs at %s for the claim's MPS /dev/shm: %w: the plugin needs CAP_SYS_ADMIN for this (the chart runs it privileged), and the mount reaches the containers only if the plugin data directory is mounted with bidirectional propagation", dir, err)
+		return fmt.Errorf("mounting a tmpfs at %s for an MPS daemon's /dev/shm: %w: the plugin needs CAP_SYS_ADMIN for this (the chart runs it privileged), and the mount reaches the containers only if the plugin data directory is mounted with bidirectional propagation", dir, err)
 	}
 	if err != nil {
-		return fmt.Errorf("mounting a tmpfs at %s for the claim's MPS /dev/shm: %w", dir, err)
+		return fmt.Errorf("mounting a tmpfs at %s for an MPS daemon's /dev/shm: %w", dir, err)
 	}
 	return nil
 }
