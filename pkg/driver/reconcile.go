@@ -222,8 +222,8 @@ func (d *Driver) sweepMPS(ctx context.Context) []string {
 	needed := map[string]bool{}
 	d.mu.Lock()
 	for _, c := range d.claims {
-		if isMPS(c) {
-			needed[mpsDaemon(c)] = true
+		for _, key := range mpsDaemons(c) {
+			needed[key] = true
 		}
 	}
 	d.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	stdslices "slices"
 	"sort"
 	"strings"
@@ -160,6 +161,9 @@ func (d *Driver) planSharing(ref string, rec *checkpoint.Claim, s *configapi.Sha
 	}
 }
 
+// mibUp is q in MiB, rounded up, as MPS limits are given.
+func mibUp(q resource.Quantity) int64 { return (q.Value() + (1<<20 - 1)) >> 20 }
+
 // planMPS checks an MPS config against the claim's devices and turns its limits into what the
 // daemon is told: per GPU UUID, in MiB (rounded up).
 func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
@@ -178,7 +182,6 @@ func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*
 	if m.DefaultActiveThreadPercentage != nil {
 		out.ActiveThreadPercentage = *m.DefaultActiveThreadPercentage
 	}
-	mib := func(q resource.Quantity) int64 { return (q.Value() + (1<<20 - 1)) >> 20 }
 	byName := map[string]string{}
 	for _, pd := range rec.Devices {
 		byName[pd.Device] = pd.UUID
@@ -186,20 +189,15 @@ func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*
 	limits := map[string]int64{}
 	if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
 		for _, u := range byName {
-			limits[u] = mib(*q)
+			limits[u] = mibUp(*q)
 		}
 	}
-	names := make([]string, 0, len(m.DefaultPerDevicePinnedMemoryLimit))
-	for n := range m.DefaultPerDevicePinnedMemoryLimit {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range stdslices.Sorted(maps.Keys(m.DefaultPerDevicePinnedMemoryLimit)) {
 		u, ok := byName[n]
 		if !ok {
 			return nil, fmt.Errorf("claim %s: sharing.mps.defaultPerDevicePinnedMemoryLimit[%s]: device %s is not one of the claim's devices", ref, n, n)
 		}
-		limits[u] = mib(m.DefaultPerDevicePinnedMemoryLimit[n])
+		limits[u] = mibUp(m.DefaultPerDevicePinnedMemoryLimit[n])
 	}
 	if len(limits) > 0 {
 		out.PinnedMemoryMiB = limits
@@ -240,7 +238,7 @@ func (d *Driver) planMPSShare(ref string, rec *checkpoint.Claim, m *configapi.MP
 			if shareBytes > 0 && q.Value() > shareBytes {
 				return fmt.Errorf("claim %s: sharing.mps.%s: %s is more than the claim's share of device %s (%s of memory); ask for at most the share, or for a larger share", ref, field, q.String(), gpu.Device, resource.NewQuantity(shareBytes, resource.BinarySI).String())
 			}
-			limit = (q.Value() + (1<<20 - 1)) >> 20
+			limit = mibUp(q)
 			if shareBytes > 0 {
 				limit = min(limit, shareBytes>>20)
 			}
@@ -251,12 +249,7 @@ func (d *Driver) planMPSShare(ref string, rec *checkpoint.Claim, m *configapi.MP
 				return nil, err
 			}
 		}
-		names := make([]string, 0, len(m.DefaultPerDevicePinnedMemoryLimit))
-		for n := range m.DefaultPerDevicePinnedMemoryLimit {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range stdslices.Sorted(maps.Keys(m.DefaultPerDevicePinnedMemoryLimit)) {
 			if n != gpu.Device {
 				return nil, fmt.Errorf("claim %s: sharing.mps.defaultPerDevicePinnedMemoryLimit[%s]: device %s is not one of the claim's devices", ref, n, n)
 			}
@@ -293,16 +286,12 @@ func mpsDaemon(c *checkpoint.Claim) string {
 	return c.UID
 }
 
-// daemonUsedByOther reports whether an MPS claim other than self is served by the daemon key.
-func (d *Driver) daemonUsedByOther(key string, self types.UID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for uid, c := range d.claims {
-		if uid != self && isMPS(c) && mpsDaemon(c) == key {
-			return true
-		}
+// mpsDaemons is the MPS daemon that serves c, if c is an MPS claim, as usedByOther counts it.
+func mpsDaemons(c *checkpoint.Claim) []string {
+	if !isMPS(c) {
+		return nil
 	}
-	return false
+	return []string{mpsDaemon(c)}
 }
 
 // stopDaemon stops the MPS daemon of c unless another claim is served by it (a GPU's daemon of
@@ -310,7 +299,7 @@ func (d *Driver) daemonUsedByOther(key string, self types.UID) bool {
 // instance starts or counts on the daemon meanwhile.
 func (d *Driver) stopDaemon(ctx context.Context, c *checkpoint.Claim) error {
 	key := mpsDaemon(c)
-	if d.daemonUsedByOther(key, types.UID(c.UID)) {
+	if d.usedByOther(key, types.UID(c.UID), mpsDaemons) {
 		klog.FromContext(ctx).V(2).Info("Leaving the GPU's MPS control daemon to its other shares", "claim", klog.KRef(c.Namespace, c.Name), "daemon", key)
 		return nil
 	}
@@ -590,8 +579,9 @@ func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error 
 	return nil
 }
 
-// usedByOther reports whether a claim other than self has GPU uuid among of(claim): the GPUs
-// whose time-slice or compute mode its sharing set, which must stay until the last such claim.
+// usedByOther reports whether a claim other than self has uuid among of(claim): the GPUs whose
+// time-slice or compute mode its sharing set, or the MPS daemon that serves it, which must stay
+// until the last such claim.
 func (d *Driver) usedByOther(uuid string, self types.UID, of func(*checkpoint.Claim) []string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
