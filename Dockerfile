@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # accel-dra's images, from one build stage, for linux/amd64 and linux/arm64:
 #
 #   docker buildx build --platform linux/amd64,linux/arm64 --target plugin    -t REGISTRY/accel-dra-kubelet-plugin:TAG --push .
@@ -14,6 +12,18 @@
 # cross compiler for the target, so nothing runs under emulation. The binaries are built by
 # hack/build.sh, the script `make build` runs: the same flags and cgo settings. CI has no Docker
 # engine, so it runs `make build` and never this file.
+
+# No `# syntax=` line: it makes BuildKit pull its frontend from Docker Hub, and every feature used
+# here (RUN --mount) is in the frontend built into Docker 20.10 and later, so this also builds
+# where no registry is reachable.
+#
+# Offline (CI, hack/kind/plugin-image.sh): BINARIES=prebuilt takes the binaries `make build`
+# made (bin/<os>_<arch>/ in the build context) instead of compiling them again, and
+# PLUGIN_BASE_IMAGE / PUBLISHER_BASE_IMAGE name bases built locally from Debian bookworm's
+# packages, the release distroless debian12 is made from. The stages are the same.
+ARG BINARIES=build
+ARG PLUGIN_BASE_IMAGE=gcr.io/distroless/base-debian12
+ARG PUBLISHER_BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 # The builder's Debian release must be the runtime's (distroless base-debian12 is Debian 12,
 # glibc 2.36, as is bookworm's libc6-dev-arm64-cross): a cgo binary built against a newer glibc
@@ -55,9 +65,19 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     done; \
     test -x /out/cgo/accel-dra-kubelet-plugin
 
+# The same layout from binaries `make build` made (BINARIES=prebuilt; the context holds
+# bin/<os>_<arch>/).
+FROM scratch AS prebuilt
+ARG TARGETOS=linux
+ARG TARGETARCH
+COPY bin/${TARGETOS}_${TARGETARCH}/accel-dra-kubelet-plugin /out/cgo/
+COPY bin/${TARGETOS}_${TARGETARCH}/accel-dra-template-publisher bin/${TARGETOS}_${TARGETARCH}/accelctl bin/${TARGETOS}_${TARGETARCH}/nvidia-cdi-hook /out/static/
+
+FROM ${BINARIES} AS binaries
+
 # The template publisher (and accelctl): static binaries on a static, non-root base.
-FROM gcr.io/distroless/static-debian12:nonroot AS publisher
-COPY --from=build /out/static/ /usr/bin/
+FROM ${PUBLISHER_BASE_IMAGE} AS publisher
+COPY --from=binaries /out/static/accel-dra-template-publisher /out/static/accelctl /usr/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/bin/accel-dra-template-publisher"]
 
@@ -70,7 +90,10 @@ ENTRYPOINT ["/usr/bin/accel-dra-template-publisher"]
 # directories, mode 0750/0755, mounted from the host), and with the NVML backend opens
 # /dev/nvidiactl and /dev/nvidia*, which are root-only on most hosts. The chart adds
 # `privileged: true` for the device cgroup; its mock values drop that.
-FROM gcr.io/distroless/base-debian12 AS plugin
-COPY --from=build /out/cgo/ /usr/bin/
+FROM ${PLUGIN_BASE_IMAGE} AS plugin
+COPY --from=binaries /out/cgo/ /usr/bin/
+# The NVIDIA toolkit's hook, which the GPU specs' createContainer hooks run; the plugin copies
+# it onto the node (docs/cdi.md), so nodes need no toolkit of their own.
+COPY --from=binaries /out/static/nvidia-cdi-hook /usr/bin/
 USER 0:0
 ENTRYPOINT ["/usr/bin/accel-dra-kubelet-plugin"]

@@ -4,6 +4,8 @@
 #
 #   hack/build-k8s.sh                 # build (or reuse) and print the bin dir
 #   hack/build-k8s.sh --with-kubectl  # also kubectl, for people (make demo prints a command)
+#   hack/build-k8s.sh --for-kind      # also kubeadm, kube-proxy and kubectl, for the offline kind
+#                                     # node image (hack/kind/node-image.sh)
 #
 # The tests run no kubectl, and its 194 packages of its own (cli-runtime, kustomize, printers)
 # and its link are CPU that a cold CI run on 2 cores spends for nothing, so it is built only
@@ -18,7 +20,10 @@ source "$here/versions.env"
 cache=${ACCEL_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra}
 bindir="$cache/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
 components=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
-[ "${1:-}" = --with-kubectl ] && components+=(kubectl)
+case "${1:-}" in
+  --with-kubectl) components+=(kubectl) ;;
+  --for-kind) components+=(kubectl kubeadm kube-proxy) ;;
+esac
 
 complete() {
   for c in "${components[@]}" etcd; do [ -x "$bindir/$c" ] || return 1; done
@@ -63,6 +68,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubectl/pkg/cmd"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )

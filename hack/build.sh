@@ -22,8 +22,16 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 BIN=${BIN:-$PWD/bin}
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
-BINARIES=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl)
-CGO_BINARIES=" accel-dra-kubelet-plugin "
+# name, or name=package for a binary of another module: nvidia-cdi-hook is the NVIDIA container
+# toolkit's hook, from the toolkit version go.mod requires, which the plugin image ships and the
+# plugin installs on the node for the CDI specs' hooks (docs/cdi.md).
+BINARIES=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl
+  nvidia-cdi-hook=github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook)
+CGO_BINARIES=" accel-dra-kubelet-plugin nvidia-cdi-hook "
+# The hook runs on the node, outside any image, so it must not depend on the node's C library:
+# it is linked statically (go-nvml makes it cgo; the hooks the specs name never load NVML, so
+# glibc's warning about dlopen in a static binary does not apply to them).
+STATIC_BINARIES=" nvidia-cdi-hook "
 # -trimpath: no build machine paths in the binaries; -s -w: no symbol tables or DWARF.
 FLAGS=(-trimpath -ldflags "-s -w")
 : "${CC_arm64:=aarch64-linux-gnu-gcc}"
@@ -45,8 +53,10 @@ for platform in $PLATFORMS; do
     var=CC_$arch
     cc=${!var:-}
   fi
-  for b in "${BINARIES[@]}"; do
-    [ -d "cmd/$b" ] || continue
+  for entry in "${BINARIES[@]}"; do
+    b=${entry%%=*} src=./cmd/$b
+    [ "$b" = "$entry" ] || src=${entry#*=}
+    [ "$b" != "$entry" ] || [ -d "cmd/$b" ] || continue
     cgo=0
     case "$CGO_BINARIES" in *" $b "*) cgo=1 ;; esac
     env=(CGO_ENABLED=$cgo GOOS=$os GOARCH=$arch)
@@ -64,8 +74,10 @@ for platform in $PLATFORMS; do
       fi
       env+=(CC="$cc")
     fi
+    flags=("${FLAGS[@]}")
+    case "$STATIC_BINARIES" in *" $b "*) flags=(-trimpath -tags osusergo,netgo -ldflags "-s -w -extldflags=-static") ;; esac
     echo "go build $b ($platform, ${env[*]})"
-    env "${env[@]}" "$GO" build "${FLAGS[@]}" -o "$out/$b" "./cmd/$b"
+    env "${env[@]}" "$GO" build "${flags[@]}" -o "$out/$b" "$src" 2> >(grep -v -e "requires at runtime the shared libraries" -e "_Cfunc_dlopen'" -e "^# $src\$" >&2)
     if [ "$os/$arch" = "$host_os/$host_arch" ]; then
       cp -f "$out/$b" "$BIN/$b"
     fi
