@@ -120,6 +120,17 @@ type Driver struct {
 
 	// health is nil unless EnableHealth turned device health on (health.go).
 	health *healthState
+
+	// hook, if set (tests only), is called at the points where a prepare or an unprepare runs
+	// without the node lock, so that a test can run another instance's call right there.
+	hook func(point string)
+}
+
+// at calls the test hook for point.
+func (d *Driver) at(point string) {
+	if d.hook != nil {
+		d.hook(point)
+	}
 }
 
 // New builds a Driver and the ResourceSlice content for its inventory. Devices that fail
@@ -277,6 +288,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if existing != nil {
 		return toKubelet(existing), nil
 	}
+	d.at("prepare:unlocked")
 	if rec.State == checkpoint.StatePrepareStarted {
 		// Dynamic MIG: side effects that cannot be redone from the record alone, so reserve
 		// announced them and each step is recorded before the claim is completed (mig.go).
@@ -937,6 +949,7 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 	if err := d.opts.CDI.Remove(string(c.UID)); err != nil {
 		return fmt.Errorf("claim %s: removing CDI spec: %w", c.NamespacedName, err)
 	}
+	d.at("unprepare:unlocked")
 	l, err := d.lock(ctx)
 	if err != nil {
 		return err

@@ -22,6 +22,8 @@ type fakeSlicer struct {
 	mu    sync.Mutex
 	calls []string
 	fail  map[string]bool
+	// now is each GPU's time-slice as the calls left it.
+	now map[string]string
 }
 
 func (f *fakeSlicer) SetTimeSlice(_ context.Context, uuid string, iv configapi.TimeSliceInterval) error {
@@ -31,7 +33,22 @@ func (f *fakeSlicer) SetTimeSlice(_ context.Context, uuid string, iv configapi.T
 		return errors.New("not supported")
 	}
 	f.calls = append(f.calls, uuid+"="+string(iv))
+	if f.now == nil {
+		f.now = map[string]string{}
+	}
+	f.now[uuid] = string(iv)
 	return nil
+}
+
+// settings are the GPUs' time-slices as the calls left them.
+func (f *fakeSlicer) settings() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for u, iv := range f.now {
+		out[u] = iv
+	}
+	return out
 }
 
 func (f *fakeSlicer) take() string {
