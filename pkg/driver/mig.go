@@ -127,62 +127,123 @@ others:
 	return nil
 }
 
-// prepareMIG creates the MIG instances of rec's dynamic-MIG devices, recording each step.
-// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has written their
-// PrepareStarted record, and checked that what they need overlaps nothing another claim holds.
+// prepareMIG creates the MIG instances of rec's dynamic-MIG devices and completes the claim.
+// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has published their
+// PrepareStarted record (the intent: parent, profile and placement), after checking that what
+// they need overlaps nothing another claim holds, and that record holds the placement against
+// every sweep while the instances are made. Creating them is slow (NVML), so it runs without
+// the node lock; the second hold records what was made and completes the claim, sharing and
+// CDI spec included, unless the claim was unprepared meanwhile or the kubelet gave up on the
+// prepare, in which case it destroys what it made.
 func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
-	if d.opts.MIG == nil {
-		return errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
-	}
-	l, err := d.lockStarted(ctx, rec.UID)
+	created, err := d.createMIG(ctx, rec)
+	// Cleaning up must happen even when the kubelet cancelled the prepare.
+	cleanup := context.WithoutCancel(ctx)
 	if err != nil {
+		d.abortMIG(cleanup, rec, created)
 		return err
 	}
-	defer l.Unlock()
-	put := func() error {
-		if err := l.Put(*rec); err != nil {
+	return d.withLock(cleanup, func(l *checkpoint.Locked) error {
+		delete(d.inflight, types.UID(rec.UID))
+		cur, found := d.indexed(rec.UID)
+		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+			// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
+			d.destroyCreated(cleanup, rec, created)
+			return errors.New("the claim was unprepared while its MIG instances were being created")
+		}
+		if err := ctx.Err(); err != nil {
+			d.undo(cleanup, l, rec)
+			return fmt.Errorf("prepare cancelled before it was published: %w", context.Cause(ctx))
+		}
+		done := *rec
+		done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
+		spec, err := d.buildSpec(&done)
+		if err != nil {
+			d.undo(cleanup, l, rec)
+			return err
+		}
+		if err := l.Put(done); err != nil {
 			d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+			d.undo(cleanup, l, rec)
 			return fmt.Errorf("checkpoint: %w", err)
 		}
+		*rec = done
 		d.index(rec)
-		return nil
+		migCrash("completed")
+		return d.complete(cleanup, l, rec, spec)
+	})
+}
+
+// createMIG creates the instances of rec's dynamic-MIG devices, filling in rec (in memory) as
+// it goes, and returns the devices whose GPU instance it created.
+func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) ([]int, error) {
+	if d.opts.MIG == nil {
+		return nil, errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
 	}
+	var created []int
 	for i := range rec.Devices {
 		pd := &rec.Devices[i]
 		m := pd.MIG
 		if m == nil {
 			continue
 		}
-		logger := klog.FromContext(ctx).WithValues("device", pd.Device, "gpu", m.ParentUUID)
 		migCrash("intent")
-		if m.GI == nil {
-			gi, err := d.opts.MIG.CreateGI(ctx, m.ParentUUID, m.ProfileID, device.MIGPlacement{Start: m.Start, Size: m.Size})
-			if err != nil {
-				return fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
-			}
-			migCrash("gi-created")
-			m.GI = &gi
-			if err := put(); err != nil {
-				return err
-			}
-			migCrash("gi-recorded")
+		if err := ctx.Err(); err != nil {
+			return created, fmt.Errorf("prepare cancelled: %w", context.Cause(ctx))
 		}
-		in, err := d.opts.MIG.CreateCI(ctx, m.ParentUUID, *m.GI)
+		gi, err := d.opts.MIG.CreateGI(ctx, m.ParentUUID, m.ProfileID, device.MIGPlacement{Start: m.Start, Size: m.Size})
 		if err != nil {
-			return fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
+			return created, fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
+		}
+		migCrash("gi-created")
+		m.GI = &gi
+		created = append(created, i)
+		in, err := d.opts.MIG.CreateCI(ctx, m.ParentUUID, gi)
+		if err != nil {
+			return created, fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
 		}
 		migCrash("ci-created")
 		ci := in.CI
 		m.CI = &ci
 		pd.UUID = in.UUID
 		pd.Nodes = append(stdslices.Clone(d.devices[pd.Device].Nodes), in.CapNodes...)
-		if err := put(); err != nil {
-			return err
-		}
-		migCrash("ci-recorded")
-		logger.V(2).Info("Created MIG device", "profile", m.Profile, "start", m.Start, "gi", *m.GI, "ci", ci, "uuid", in.UUID)
+		klog.FromContext(ctx).V(2).Info("Created MIG device", "device", pd.Device, "gpu", m.ParentUUID, "profile", m.Profile, "start", m.Start, "gi", gi, "ci", ci, "uuid", in.UUID)
 	}
-	return nil
+	return created, nil
+}
+
+// abortMIG undoes a dynamic-MIG prepare whose creation failed: under the node lock, the
+// instances it made are destroyed and its record goes, unless the record is no longer its own.
+func (d *Driver) abortMIG(ctx context.Context, rec *checkpoint.Claim, created []int) {
+	err := d.withLock(ctx, func(l *checkpoint.Locked) error {
+		delete(d.inflight, types.UID(rec.UID))
+		cur, found := d.indexed(rec.UID)
+		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+			d.destroyCreated(ctx, rec, created)
+			return nil
+		}
+		return d.forget(ctx, l, rec)
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Rolling back a failed dynamic-MIG prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
+}
+
+// destroyCreated destroys the GPU instances this prepare created for rec, after its record
+// went: each only if it is still the instance made (rec's IDs) and no record holds it. Called
+// with the node lock held.
+func (d *Driver) destroyCreated(ctx context.Context, rec *checkpoint.Claim, created []int) {
+	if len(created) == 0 {
+		return
+	}
+	mine := *rec
+	mine.Devices = nil
+	for _, i := range created {
+		mine.Devices = append(mine.Devices, rec.Devices[i])
+	}
+	if err := d.releaseMIG(ctx, &mine); err != nil {
+		klog.FromContext(ctx).Error(err, "Destroying the MIG instances of a prepare whose claim was unprepared meanwhile; the next sweep destroys them", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
 }
 
 // releaseMIG destroys the MIG instances c's record says it created. An instance is destroyed

@@ -3,10 +3,12 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,7 +206,7 @@ func TestDynamicMIGPrepareUnprepare(t *testing.T) {
 // must leave no MIG instance that no claim holds, must not touch the instance of a claim
 // prepared before the crash, and the claim must prepare when the kubelet asks again.
 func TestDynamicMIGCrash(t *testing.T) {
-	for _, step := range []string{"intent", "gi-created", "gi-recorded", "ci-created", "ci-recorded"} {
+	for _, step := range []string{"intent", "gi-created", "ci-created"} {
 		t.Run(step, func(t *testing.T) {
 			e := newMIGEnv(t)
 			held := claim("held", []result{{Device: "gpu-1-mig-3g20gb-4"}})
@@ -263,7 +265,7 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	func() {
 		defer func() { _ = recover() }()
 		migCrash = func(s string) {
-			if s == "ci-recorded" {
+			if s == "ci-created" {
 				panic("kill")
 			}
 		}
@@ -273,9 +275,13 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	// The dead instance's registration goes with it; a second instance (same checkpoint, same
 	// MIG state) prepares the claim without a Reconcile.
 	e.drv.Close()
-	old := e.record("c")
-	if old.Devices[0].MIG.CI == nil {
+	// The record holds the placement (the intent) while the instance was made without it.
+	if old := e.record("c"); old.State != checkpoint.StatePrepareStarted || old.Devices[0].MIG.GI != nil {
 		t.Fatalf("record %+v", old)
+	}
+	abandoned, err := e.server.Backend().ListMIG(e.ctx)
+	if err != nil || len(abandoned) != 1 || abandoned[0].UUID == "" {
+		t.Fatalf("MIG instances after the crash: %+v, %v", abandoned, err)
 	}
 	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
 	if err != nil {
@@ -294,7 +300,7 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	if got := e.instances(); len(got) != 1 {
 		t.Fatalf("instances %v, want one", got)
 	}
-	if now := e.record("c"); now.Devices[0].UUID == old.Devices[0].UUID {
+	if now := e.record("c"); now.Devices[0].UUID == abandoned[0].UUID {
 		t.Errorf("the retry kept the abandoned MIG device %s instead of making its own", now.Devices[0].UUID)
 	}
 }
@@ -357,4 +363,78 @@ func BenchmarkPrepareDynamicMIG(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(durations)
 	b.ReportMetric(float64(durations[len(durations)/2].Microseconds())/1000, "prepare-p50-ms")
+}
+
+// TestUnprepareDuringMIGCreation: while one instance creates a claim's MIG instance (without
+// the node lock), the kubelet cancels the prepare and, in one variant, the other instance
+// unprepares the claim. Whatever step the creation is at, nothing may be left: no record, no
+// spec, no MIG instance.
+func TestUnprepareDuringMIGCreation(t *testing.T) {
+	for _, step := range []string{"intent", "gi-created", "ci-created", "completed"} {
+		for _, unprepare := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/unprepare=%v", step, unprepare), func(t *testing.T) {
+				e := newMIGEnv(t)
+				store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := New(e.ctx, Options{DriverName: driverName, NodeName: nodeName, Inventory: e.inv,
+					CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: metrics.NewPlugin(driverName), MIG: e.server.Backend()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				c := claim("c", []result{{Device: "gpu-1-mig-1g5gb-0"}})
+				ctx, cancel := context.WithCancel(e.ctx)
+				defer cancel()
+				var once sync.Once
+				unprepared := make(chan error, 1)
+				migCrash = func(s string) {
+					if s != step {
+						return
+					}
+					once.Do(func() {
+						cancel()
+						if !unprepare {
+							return
+						}
+						if step == "completed" {
+							// Inside the second hold: the unprepare waits for it.
+							go func() { unprepared <- unprepareOn(e.ctx, b, "c") }()
+							return
+						}
+						unprepared <- unprepareOn(e.ctx, b, "c")
+					})
+				}
+				defer func() { migCrash = func(string) {} }()
+				err = prepareOn(ctx, e.drv, c)
+				t.Logf("prepare: %v", err)
+				if unprepare {
+					if err := <-unprepared; err != nil {
+						t.Errorf("unprepare on the other instance: %v", err)
+					}
+				}
+				if step == "completed" {
+					// Past the check: the claim was published in the hold, and the kubelet's
+					// unprepare removes it.
+					if !unprepare {
+						if err := unprepareOn(e.ctx, b, "c"); err != nil {
+							t.Fatal(err)
+						}
+					}
+				} else if err == nil {
+					t.Error("a prepare cancelled while creating its MIG instance succeeded")
+				}
+				if exists(e.recordPath("c")) || exists(e.specPath("c")) {
+					t.Errorf("record %v, spec %v left", exists(e.recordPath("c")), exists(e.specPath("c")))
+				}
+				if got := e.instances(); len(got) != 0 {
+					t.Errorf("MIG instances %v left", got)
+				}
+				if r := e.prepare(claim("next", []result{{Device: "gpu-1-mig-1g5gb-0"}})); r.Err != nil {
+					t.Errorf("placement not free afterwards: %v", r.Err)
+				}
+			})
+		}
+	}
 }

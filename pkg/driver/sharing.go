@@ -516,22 +516,12 @@ func timeSliced(c *checkpoint.Claim) []string {
 }
 
 // applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
-// back the GPUs it had already set, unless another claim needs them so.
+// back the GPUs it had already set, unless another claim needs them so. Called with the node
+// lock held, right after the claim's record was published: a GPU's settings and its MPS daemon
+// (started by its first share and stopped by its last, which either instance of the plugin may
+// prepare) change only together with the records that say which claims count on them.
 func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
-		if _, shared := mpsShareGPU(rec); shared {
-			// The GPU's daemon is started by its first share and stopped by its last, which
-			// either instance of the plugin may prepare: under the node lock, the records
-			// say which claims count on it.
-			l, err := d.lock(ctx)
-			if err != nil {
-				return fmt.Errorf("sharing.mps: %w", err)
-			}
-			defer l.Unlock()
-			if _, found := d.indexed(rec.UID); !found {
-				return fmt.Errorf("sharing.mps: the claim was unprepared while it was being prepared")
-			}
-		}
 		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
 		// driver does it. The record, written already, says to put DEFAULT back.
 		set, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
