@@ -251,7 +251,10 @@ func (d *Driver) destroyCreated(ctx context.Context, rec *checkpoint.Claim, crea
 // no other record holds it, so that a GPU-instance ID reused by a later claim is never
 // destroyed by a stale record. A record whose GPU instance ID was not written yet (a crash
 // right after creation) gets the instance at its placement destroyed, unless another record
-// holds that placement. Called with the node lock held.
+// holds that placement. An instance on a GPU that cannot be listed (lost) is left: the claim's
+// pod must be able to terminate, a lost GPU runs nothing, and once no record holds the
+// instance the sweep destroys it when the GPU answers again (a reset or a reboot clears it
+// anyway). Called with the node lock held.
 func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 	if d.opts.MIG == nil {
 		return nil
@@ -265,12 +268,16 @@ func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 	if len(mine) == 0 {
 		return nil
 	}
-	list, err := d.opts.MIG.ListMIG(ctx)
+	list, unreadable, err := d.listMIG(ctx)
 	if err != nil {
 		return fmt.Errorf("listing MIG instances: %w", err)
 	}
 	for _, pd := range mine {
 		m := pd.MIG
+		if err, bad := unreadable[m.ParentUUID]; bad {
+			klog.FromContext(ctx).Error(err, "Leaving the MIG instance of a claim on a GPU that cannot be listed; it is destroyed when the GPU answers again", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "gpu", m.ParentUUID)
+			continue
+		}
 		for _, in := range list {
 			if !recordedAs(pd, in) {
 				continue
@@ -286,6 +293,42 @@ func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 		}
 	}
 	return nil
+}
+
+// listMIG lists the MIG instances of the GPUs that can be read; unreadable are the others, by
+// UUID (from the inventory when the GPU cannot tell it), with why. err is a failure to list
+// anything at all.
+func (d *Driver) listMIG(ctx context.Context) (list []device.MIGInstance, unreadable map[string]error, err error) {
+	list, err = d.opts.MIG.ListMIG(ctx)
+	var failed device.GPUErrors
+	if !errors.As(err, &failed) {
+		return list, nil, err
+	}
+	unreadable = map[string]error{}
+	for _, g := range failed {
+		uuid := g.UUID
+		if uuid == "" {
+			uuid = d.uuidAt(g.Index)
+		}
+		klog.FromContext(ctx).Error(g.Err, "Cannot list the MIG instances of a GPU; they are left as they are", "gpu", uuid, "index", g.Index)
+		unreadable[uuid] = g.Err
+	}
+	return list, unreadable, nil
+}
+
+// uuidAt is the UUID the inventory has for the whole GPU at NVML index i, "" if none.
+func (d *Driver) uuidAt(i int) string {
+	for _, p := range d.opts.Inventory.MIGParents {
+		if p.GPU.Index == i {
+			return p.GPU.UUID
+		}
+	}
+	for _, dev := range d.opts.Inventory.Devices {
+		if dev.Index == i && dev.MIG == nil {
+			return dev.UUID
+		}
+	}
+	return ""
 }
 
 // recordedAs reports whether instance in is the one pd's record describes.
@@ -323,21 +366,22 @@ func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, 
 }
 
 // sweepMIG destroys the MIG instances on MIG-mode GPUs that no checkpoint record holds: those
-// of preparations that crashed before recording them, and any an operator made (in dynamic MIG
-// the plugin owns the MIG layout of the GPUs in MIG mode). It runs in Reconcile, after
-// half-prepared claims were rolled back.
-func (d *Driver) sweepMIG(ctx context.Context) ([]string, error) {
+// of preparations that crashed before recording them, of claims unprepared while their GPU
+// could not be listed, and any an operator made (in dynamic MIG the plugin owns the MIG layout
+// of the GPUs in MIG mode). It runs at start-up, after half-prepared claims were rolled back,
+// and in every garbage collection. Nothing it meets is fatal: a GPU that cannot be listed
+// (lost) and an instance that cannot be destroyed (NVML_ERROR_IN_USE: a process still runs on
+// it) are logged and left for the next sweep, since a plugin that exits over them crash-loops
+// and then serves no GPU at all. Called with the node lock held.
+func (d *Driver) sweepMIG(ctx context.Context) []string {
 	if d.opts.MIG == nil {
-		return nil, nil
+		return nil
 	}
-	l, err := d.lock(ctx)
+	logger := klog.FromContext(ctx)
+	list, _, err := d.listMIG(ctx)
 	if err != nil {
-		return nil, err
-	}
-	defer l.Unlock()
-	list, err := d.opts.MIG.ListMIG(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing MIG instances: %w", err)
+		logger.Error(err, "Cannot list MIG instances to destroy those no claim holds")
+		return nil
 	}
 	var destroyed []string
 	for _, in := range list {
@@ -345,13 +389,14 @@ func (d *Driver) sweepMIG(ctx context.Context) ([]string, error) {
 			continue
 		}
 		if err := d.opts.MIG.DestroyMIG(ctx, in.ParentUUID, in.GI); err != nil {
-			return destroyed, fmt.Errorf("destroying MIG instance %d on GPU %s that no claim holds: %w", in.GI, in.ParentUUID, err)
+			logger.Error(err, "Cannot destroy a MIG instance that no claim holds; trying again at the next sweep", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start)
+			continue
 		}
 		id := fmt.Sprintf("%s/gi%d(%s@%d)", in.ParentUUID, in.GI, in.Profile, in.Placement.Start)
-		klog.FromContext(ctx).Info("Destroyed MIG instance that no claim holds", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start, "uuid", in.UUID)
+		logger.Info("Destroyed MIG instance that no claim holds", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start, "uuid", in.UUID)
 		destroyed = append(destroyed, id)
 	}
-	return destroyed, nil
+	return destroyed
 }
 
 // verifyMIG checks that the MIG device a prepared claim got still exists as recorded.
@@ -362,14 +407,20 @@ func (d *Driver) verifyMIG(ctx context.Context, c *checkpoint.Claim, pd *checkpo
 	if pd.MIG.CI == nil || pd.UUID == "" {
 		return fmt.Errorf("claim %s/%s (%s): device %s is recorded as prepared without its MIG instance", c.Namespace, c.Name, c.UID, pd.Device)
 	}
-	list, err := d.opts.MIG.ListMIG(ctx)
+	list, unreadable, err := d.listMIG(ctx)
 	if err != nil {
-		return fmt.Errorf("listing MIG instances: %w", err)
+		// Not knowing is no evidence of a change: refusing would take a running claim's spec.
+		klog.FromContext(ctx).Error(err, "Cannot check that a prepared claim's MIG device still exists; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device)
+		return nil
 	}
 	for _, in := range list {
 		if recordedAs(pd, in) && in.UUID == pd.UUID {
 			return nil
 		}
+	}
+	if _, bad := unreadable[pd.MIG.ParentUUID]; bad {
+		klog.FromContext(ctx).Info("Cannot check that a prepared claim's MIG device still exists, its GPU cannot be listed; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "gpu", pd.MIG.ParentUUID)
+		return nil
 	}
 	return fmt.Errorf("claim %s/%s (%s): MIG device %s (UUID %s, GPU instance %d) no longer exists", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, *pd.MIG.GI)
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -35,6 +37,11 @@ type migEnv struct {
 	server *nvmlmock.Server
 	// static runs the plugin without dynamic MIG.
 	static bool
+	// lost are the indices of GPUs that have fallen off the bus at the next restart: every NVML
+	// query that needs the GPU answers GPU_IS_LOST, as on a real node.
+	lost []int
+	// wrap, if set, stands between the driver and the mock's partitioner.
+	wrap func(device.Partitioner) device.Partitioner
 }
 
 func newMIGEnv(t *testing.T) *migEnv {
@@ -44,14 +51,38 @@ func newMIGEnv(t *testing.T) *migEnv {
 	return e
 }
 
+// restartErr is restart for a test of start-up failures: a failed Reconcile fails the test
+// and returns nil.
+func (e *migEnv) restartErr() *ReconcileReport {
+	e.t.Helper()
+	rep, err := e.start2()
+	if err != nil {
+		e.t.Errorf("plugin start-up failed (it would exit and crash-loop): %v", err)
+		return nil
+	}
+	return rep
+}
+
 // restart starts a new plugin process over the same checkpoint, CDI and mock directories.
 func (e *migEnv) restart() *ReconcileReport {
+	e.t.Helper()
+	rep, err := e.start2()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rep
+}
+
+func (e *migEnv) start2() (*ReconcileReport, error) {
 	e.t.Helper()
 	s, err := nvmlmock.NewServer("mig-mixed", nodeName)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	s.UseStateDir(filepath.Join(e.dir, "mock"))
+	for _, i := range e.lost {
+		lose(s.Devices[i])
+	}
 	e.server = s
 	be := s.Backend()
 	inv, err := be.Enumerate(e.ctx)
@@ -78,16 +109,12 @@ func (e *migEnv) restart() *ReconcileReport {
 	e.metrics = metrics.NewPlugin(driverName)
 	e.drv, err = New(e.ctx, Options{
 		DriverName: driverName, NodeName: nodeName, Inventory: e.inv,
-		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Events: e.events, MIG: partitioner(part),
+		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Events: e.events, MIG: e.partitioner(part),
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rep, err := e.drv.Reconcile(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return rep
+	return e.drv.Reconcile(e.ctx)
 }
 
 // partitioner keeps a nil backend a nil interface.
@@ -96,6 +123,122 @@ func partitioner(b *nvmlbackend.Backend) device.Partitioner {
 		return nil
 	}
 	return b
+}
+
+func (e *migEnv) partitioner(b *nvmlbackend.Backend) device.Partitioner {
+	p := partitioner(b)
+	if p != nil && e.wrap != nil {
+		return e.wrap(p)
+	}
+	return p
+}
+
+// lose makes d a GPU that has fallen off the bus: its handle and minor number still answer,
+// every query that needs the GPU fails with GPU_IS_LOST.
+func lose(d *mock.Device) {
+	lost := nvml.ERROR_GPU_IS_LOST
+	d.GetUUIDFunc = func() (string, nvml.Return) { return "", lost }
+	d.GetNameFunc = func() (string, nvml.Return) { return "", lost }
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, lost }
+	d.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, lost }
+	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, lost }
+	d.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, lost }
+}
+
+// inUse is a partitioner whose GPU instances on one GPU cannot be destroyed: a process still
+// runs on them (NVML_ERROR_IN_USE).
+type inUse struct {
+	device.Partitioner
+	gpu string
+}
+
+func (p inUse) DestroyMIG(ctx context.Context, parent string, gi int) error {
+	if parent == p.gpu {
+		return fmt.Errorf("gpu %s: destroying GPU instance %d: %w", parent, gi, nvml.ERROR_IN_USE)
+	}
+	return p.Partitioner.DestroyMIG(ctx, parent, gi)
+}
+
+// TestDynamicMIGLostGPU: a GPU that falls off the bus takes only its own claims down. Start-up
+// works (the sweep skips the GPU it cannot list), a claim on a healthy GPU keeps its spec, the
+// kubelet can unprepare the claim on the lost GPU (its pod must be able to terminate), and the
+// healthy GPUs go on being partitioned.
+func TestDynamicMIGLostGPU(t *testing.T) {
+	e := newMIGEnv(t)
+	a := claim("a", []result{{Device: "gpu-1-mig-1g5gb-0"}})
+	b := claim("b", []result{{Device: "gpu-2-mig-1g10gb-0"}})
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if r := e.prepare(c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	e.lost = []int{2}
+	rep := e.restartErr()
+	if rep == nil {
+		return
+	}
+	if !slices.Contains(rep.Restored, "a") || !exists(e.specPath("a")) {
+		t.Errorf("claim on a healthy GPU not kept with its spec: %+v", rep)
+	}
+	if err := e.unprepare("b"); err != nil {
+		t.Errorf("unprepare of the claim on the lost GPU: %v", err)
+	}
+	if exists(e.recordPath("b")) || exists(e.specPath("b")) {
+		t.Error("unprepare on the lost GPU left its record or spec")
+	}
+	if r := e.prepare(claim("c", []result{{Device: "gpu-1-mig-1g5gb-2"}})); r.Err != nil {
+		t.Errorf("prepare on a healthy GPU next to a lost one: %v", r.Err)
+	}
+	for _, uid := range []types.UID{"a", "c"} {
+		if err := e.unprepare(uid); err != nil {
+			t.Error(err)
+		}
+	}
+	// The lost GPU's instance is left for its reset; the healthy GPUs' are gone.
+	if got := e.instances(); len(got) != 1 || !strings.HasPrefix(got[0], "gpu2/") {
+		t.Errorf("instances %v, want only the lost GPU's", got)
+	}
+	// The GPU comes back (a reset keeps nothing on real hardware; the mock keeps the
+	// instance): the next start destroys the instance no claim holds.
+	e.lost = nil
+	e.restartErr()
+	if got := e.instances(); len(got) != 0 {
+		t.Errorf("instances %v after the GPU came back, want none", got)
+	}
+}
+
+// TestDynamicMIGInUseInstance: an instance no claim holds that cannot be destroyed (a process
+// of the operator's still runs on it) is skipped, not fatal: the plugin starts and destroys the
+// others.
+func TestDynamicMIGInUseInstance(t *testing.T) {
+	// The first start is without dynamic MIG, so the operator's instances on gpu-0 stay.
+	e := &migEnv{env: &env{t: t, ctx: t.Context(), dir: t.TempDir(), boot: bootA}, static: true}
+	e.restart()
+	before := e.instances()
+	if len(before) == 0 {
+		t.Fatal("the mock's profile has no instances on gpu-0")
+	}
+	e.static = false
+	gpu0 := ""
+	for _, p := range e.inv.MIGParents {
+		if p.GPU.Name == "gpu-0" {
+			gpu0 = p.GPU.UUID
+		}
+	}
+	e.wrap = func(p device.Partitioner) device.Partitioner { return inUse{Partitioner: p, gpu: gpu0} }
+	rep := e.restartErr()
+	if rep == nil {
+		return
+	}
+	if len(rep.MIGDestroyed) != 0 {
+		t.Errorf("destroyed %v on a GPU whose instances are in use", rep.MIGDestroyed)
+	}
+	if got := e.instances(); !cmp.Equal(got, before) {
+		t.Errorf("instances %v, want the in-use ones %v", got, before)
+	}
+	if r := e.prepare(claim("a", []result{{Device: "gpu-1-mig-1g5gb-0"}})); r.Err != nil {
+		t.Errorf("prepare on another GPU: %v", r.Err)
+	}
 }
 
 func (e *migEnv) instances() []string {
