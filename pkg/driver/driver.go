@@ -120,6 +120,9 @@ type Driver struct {
 
 	// health is nil unless EnableHealth turned device health on (health.go).
 	health *healthState
+	// gcSince is when the garbage collection first found each record droppable (gc.go);
+	// only the collection's goroutine uses it.
+	gcSince map[types.UID]time.Time
 
 	// hook, if set (tests only), is called at the points where a prepare or an unprepare runs
 	// without the node lock, so that a test can run another instance's call right there.
@@ -150,6 +153,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		owner:       map[string]types.UID{},
 		inflight:    map[types.UID]bool{},
 		shares:      map[string]map[types.UID]bool{},
+		gcSince:     map[types.UID]time.Time{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
