@@ -180,4 +180,3 @@ func (d *Driver) unclaimed(ctx context.Context, c *checkpoint.Claim) (string, er
 	}
 	return "claim allocated from another pool", nil
 }
-
