@@ -78,11 +78,12 @@ type EventSink interface {
 
 // Driver is the node plugin's claim logic. It is safe for concurrent use and for running next to
 // another instance of itself on the same node (a rolling update with surge): the kubelet
-// plugin helper's serialisation is off, and instead every decision about who holds a device is
-// taken under the checkpoint's node-wide lock (checkpoint.Store.Lock) against the records on
-// disk. The lock is held only for the decision and the record write that publishes it; the CDI
-// spec, the slow part, is written outside it, so claims on different devices prepare in
-// parallel.
+// plugin helper's serialisation is off, and instead everything a claim changes on the node
+// (checkpoint records, CDI specs, the GPUs' sharing settings, MPS daemons, MIG instances) is
+// changed only under the checkpoint's node-wide lock (withLock), one hold per prepare and per
+// unprepare, against the records on disk. What needs no lock (planning, encoding the record,
+// building the spec) is done before the hold, so that the hold costs little and claims on
+// different devices prepare mostly in parallel.
 type Driver struct {
 	opts    Options
 	kind    device.Kind
