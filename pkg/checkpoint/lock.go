@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Locked is the node-wide lock held; see the package comment. Every method must be called
@@ -36,21 +37,86 @@ const (
 	genSize       = 8
 )
 
-// Lock takes the node-wide lock, waiting for it. Hold it only for decisions and the small record
-// writes that publish them: every prepare on the node queues behind it.
-func (s *Store) Lock() (*Locked, error) {
-	s.lockMu.Lock()
-	if err := flock(s.lockFile, syscall.LOCK_EX); err != nil {
-		s.lockMu.Unlock()
+// DefaultLockTimeout bounds a wait for the node lock whose context has no earlier deadline. A
+// hold is a decision and a few small file operations (milliseconds; seconds when an MPS daemon
+// starts), so a wait this long means the holder is hung, and failing the call (the kubelet
+// retries it) is better than queueing every call of the node behind it.
+const DefaultLockTimeout = 30 * time.Second
+
+// ErrLockTimeout is the error of a wait for the node lock that ran past the Store's timeout.
+var ErrLockTimeout = errors.New("timed out waiting for the node lock")
+
+// The poll interval of a wait for another process's flock: it starts short, since holds are
+// short, and doubles up to the cap, which bounds both the syscalls spent waiting and the
+// latency a waiter adds once the lock is free.
+const (
+	lockPollMin = 20 * time.Microsecond
+	lockPollMax = time.Millisecond
+)
+
+// SetLockTimeout sets how long LockContext waits at most, whatever its context; 0 or less
+// waits as long as the context allows. Open sets DefaultLockTimeout.
+func (s *Store) SetLockTimeout(d time.Duration) { s.lockTimeout.Store(int64(d)) }
+
+// Lock is LockContext without a context of its own (the Store's timeout still applies).
+func (s *Store) Lock() (*Locked, error) { return s.LockContext(context.Background()) }
+
+// LockContext takes the node-wide lock, waiting for it until ctx is done or the Store's lock
+// timeout passes. Hold it only for decisions and the small writes that publish them: every
+// prepare on the node queues behind it.
+//
+// Waiting for another process polls flock(LOCK_NB) rather than blocking in flock(LOCK_EX): a
+// blocking flock cannot be interrupted by a context, so a caller that gives up would leave a
+// goroutine (and an OS thread) behind that takes the lock later for nobody and must hand it
+// back, while every other waiter queues behind it. Another process holds the lock only during
+// a rolling update, and then for short holds, so the poll (20 µs doubling to 1 ms) costs
+// little; goroutines of this process queue on lockSem without polling.
+func (s *Store) LockContext(ctx context.Context) (*Locked, error) {
+	if d := time.Duration(s.lockTimeout.Load()); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, fmt.Errorf("%w (%s): another plugin process may be hung holding %s", ErrLockTimeout, d, s.lockFile.Name()))
+		defer cancel()
+	}
+	select {
+	case s.lockSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("locking checkpoint: %w", context.Cause(ctx))
+	}
+	if err := s.flockContext(ctx); err != nil {
+		<-s.lockSem
 		return nil, fmt.Errorf("locking checkpoint: %w", err)
 	}
 	gen, err := s.readGen()
 	if err != nil {
 		_ = flock(s.lockFile, syscall.LOCK_UN)
-		s.lockMu.Unlock()
+		<-s.lockSem
 		return nil, fmt.Errorf("locking checkpoint: %w", err)
 	}
 	return &Locked{s: s, gen: gen, seen: s.seenGen, changed: gen != s.seenGen}, nil
+}
+
+// flockContext takes the flock, polling while another process holds it, until ctx is done.
+func (s *Store) flockContext(ctx context.Context) error {
+	err := flock(s.lockFile, syscall.LOCK_EX|syscall.LOCK_NB)
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return err
+	}
+	delay := lockPollMin
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-timer.C:
+		}
+		err := flock(s.lockFile, syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return err
+		}
+		delay = min(2*delay, lockPollMax)
+		timer.Reset(delay)
+	}
 }
 
 // NotSeen makes Unlock forget this hold: the next Lock reports Changed again (and Changes
@@ -64,7 +130,7 @@ func (l *Locked) Unlock() {
 		l.s.seenGen = l.gen
 	}
 	_ = flock(l.s.lockFile, syscall.LOCK_UN)
-	l.s.lockMu.Unlock()
+	<-l.s.lockSem
 }
 
 // Changed reports whether another process wrote to the directory since this Store last held the

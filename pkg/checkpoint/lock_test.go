@@ -332,3 +332,90 @@ func TestChanges(t *testing.T) {
 	hold(b, func(l *Locked) { l.NotSeen() })
 	want(b, []string{uid(5)}, true)
 }
+
+// TestLockContext: a waiter for the node lock gives up when its context is done, whether the
+// lock is held by another process (flock) or by another goroutine of its own (in-process
+// queue), and leaves the lock usable; a Store's lock timeout bounds a wait whose context has no
+// deadline (a plugin process hung under the lock must not wedge every call of the other).
+func TestLockContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// holder returns the store whose Lock is held while the waiter waits on a.
+		holder func(a, b *Store) *Store
+	}{
+		{"other process", func(_, b *Store) *Store { return b }},
+		{"same process", func(a, _ *Store) *Store { return a }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := openPair(t)
+			held, err := tc.holder(a, b).Lock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				l, err := a.LockContext(ctx)
+				if err == nil {
+					l.Unlock()
+				}
+				done <- err
+			}()
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("LockContext with a cancelled context: %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("LockContext still waiting 10s after its context was cancelled")
+			}
+
+			a.SetLockTimeout(20 * time.Millisecond)
+			_, err = a.LockContext(context.Background())
+			if !errors.Is(err, ErrLockTimeout) {
+				t.Errorf("LockContext past the store's timeout: %v, want ErrLockTimeout", err)
+			}
+			a.SetLockTimeout(0)
+
+			// The waiters that gave up left nothing behind: the lock is free once released.
+			held.Unlock()
+			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, s := range []*Store{a, b, a} {
+				l, err := s.LockContext(ctx)
+				if err != nil {
+					t.Fatalf("lock after the holder let go: %v", err)
+				}
+				l.Unlock()
+			}
+		})
+	}
+}
+
+// TestLockContextWaitsForHolder: a waiter with a live context gets the lock as soon as the
+// other process lets go.
+func TestLockContextWaitsForHolder(t *testing.T) {
+	a, b := openPair(t)
+	lb, err := b.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := a.LockContext(context.Background())
+		if err == nil {
+			l.Unlock()
+		}
+		got <- err
+	}()
+	select {
+	case <-got:
+		t.Fatal("got the lock while the other store held it")
+	case <-time.After(50 * time.Millisecond):
+	}
+	lb.Unlock()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -64,10 +65,12 @@ type Store struct {
 	// mu is held shared by Put/Delete and exclusively by Load.
 	mu sync.RWMutex
 
-	// lockMu hands the node lock to one goroutine of this process at a time; flock alone
-	// would let every goroutine sharing lockFile in.
-	lockMu   sync.Mutex
-	lockFile *os.File
+	// lockSem hands the node lock to one goroutine of this process at a time (flock alone
+	// would let every goroutine sharing lockFile in); a channel rather than a mutex, so that a
+	// waiter can give up (LockContext).
+	lockSem     chan struct{}
+	lockTimeout atomic.Int64 // nanoseconds; see SetLockTimeout
+	lockFile    *os.File
 	// seenGen is the generation this process last saw or wrote, guarded by the node lock.
 	seenGen uint64
 }
@@ -110,7 +113,9 @@ func Open(dir, bootID string) (*Store, error) {
 		return nil, fmt.Errorf("opening checkpoint lock: %w", err)
 	}
 	// No generation is "seen" yet, so the first Lock reports Changed and an index gets built.
-	return &Store{dir: dir, bootID: bootID, lockFile: f, seenGen: ^uint64(0)}, nil
+	s := &Store{dir: dir, bootID: bootID, lockFile: f, seenGen: ^uint64(0), lockSem: make(chan struct{}, 1)}
+	s.SetLockTimeout(DefaultLockTimeout)
+	return s, nil
 }
 
 // Close releases the lock file. A Store is not usable afterwards.

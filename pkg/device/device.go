@@ -282,6 +282,9 @@ type Partitioner interface {
 	// instance that does not exist is not an error.
 	DestroyMIG(ctx context.Context, parentUUID string, gi int) error
 	// ListMIG returns the GPU instances that exist now on the GPUs in MIG mode, with their
-	// compute instance (CI -1 and no UUID for a GPU instance without one).
+	// compute instance (CI -1 and no UUID for a GPU instance without one). A GPU that cannot
+	// be read is left out and named in a GPUErrors error, returned with the instances of the
+	// others (errors.Is ErrGPULost for a GPU that fell off the bus); any other error means
+	// nothing could be listed.
 	ListMIG(ctx context.Context) ([]MIGInstance, error)
 }

@@ -78,11 +78,12 @@ type EventSink interface {
 
 // Driver is the node plugin's claim logic. It is safe for concurrent use and for running next to
 // another instance of itself on the same node (a rolling update with surge): the kubelet
-// plugin helper's serialisation is off, and instead every decision about who holds a device is
-// taken under the checkpoint's node-wide lock (checkpoint.Store.Lock) against the records on
-// disk. The lock is held only for the decision and the record write that publishes it; the CDI
-// spec, the slow part, is written outside it, so claims on different devices prepare in
-// parallel.
+// plugin helper's serialisation is off, and instead everything a claim changes on the node
+// (checkpoint records, CDI specs, the GPUs' sharing settings, MPS daemons, MIG instances) is
+// changed only under the checkpoint's node-wide lock (withLock), one hold per prepare and per
+// unprepare, against the records on disk. What needs no lock (planning, encoding the record,
+// building the spec) is done before the hold, so that the hold costs little and claims on
+// different devices prepare mostly in parallel.
 type Driver struct {
 	opts    Options
 	kind    device.Kind
@@ -120,6 +121,20 @@ type Driver struct {
 
 	// health is nil unless EnableHealth turned device health on (health.go).
 	health *healthState
+	// gcSince is when the garbage collection first found each record droppable (gc.go);
+	// only the collection's goroutine uses it.
+	gcSince map[types.UID]time.Time
+
+	// hook, if set (tests only), is called at the points where a prepare or an unprepare runs
+	// without the node lock, so that a test can run another instance's call right there.
+	hook func(point string)
+}
+
+// at calls the test hook for point.
+func (d *Driver) at(point string) {
+	if d.hook != nil {
+		d.hook(point)
+	}
 }
 
 // New builds a Driver and the ResourceSlice content for its inventory. Devices that fail
@@ -139,6 +154,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		owner:       map[string]types.UID{},
 		inflight:    map[types.UID]bool{},
 		shares:      map[string]map[types.UID]bool{},
+		gcSince:     map[types.UID]time.Time{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
@@ -270,43 +286,101 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if err != nil {
 		return nil, err
 	}
-	existing, err := d.reserve(ctx, rec)
+	// What can be done without the node lock is done before it: the record is encoded and
+	// written to a temporary file, the CDI spec built and validated. Under the lock they cost a
+	// rename each.
+	done := *rec
+	done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
+	twoPhase := hasDynamicMIG(rec)
+	var spec *specs.Spec
+	edits := d.edits.Load()
+	if twoPhase {
+		// Dynamic MIG: creating the instances is slow and cannot be redone from the record
+		// alone, so the first hold announces it (PrepareStarted) and a second one completes it
+		// (mig.go); the spec names the instances, so it is built once they exist.
+		done.State, done.Owner = checkpoint.StatePrepareStarted, d.instance
+	} else if spec, err = d.buildSpec(&done); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	}
+	st, err := d.opts.State.Stage(done)
+	if err != nil {
+		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+		return nil, fmt.Errorf("claim %s: checkpoint: %w", klog.KObj(claim), err)
+	}
+	defer st.Discard()
+
+	d.at("prepare:unlocked")
+	var answer *checkpoint.Claim
+	err = d.withLock(ctx, func(l *checkpoint.Locked) error {
+		// The kubelet cancels a prepare when the pod starts terminating and then sends the
+		// unprepare, possibly to the other instance of a rolling update, which may have run it
+		// already. A cancelled prepare must not publish: nobody would unprepare it.
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("claim %s: prepare cancelled before it was published: %w", klog.KObj(claim), context.Cause(ctx))
+		}
+		existing, err := d.reserve(ctx, l, rec, st)
+		switch {
+		case err != nil:
+			return err
+		case existing != nil:
+			answer = existing
+			return nil
+		case twoPhase:
+			return nil
+		}
+		if d.edits.Load() != edits {
+			// SetCommonEdits swapped the driver's files since the spec was built.
+			if spec, err = d.buildSpec(rec); err != nil {
+				d.undo(ctx, l, rec)
+				return fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+			}
+		}
+		if err := d.complete(ctx, l, rec, spec); err != nil {
+			return fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+		}
+		answer = rec
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if existing != nil {
-		return toKubelet(existing), nil
-	}
-	if rec.State == checkpoint.StatePrepareStarted {
-		// Dynamic MIG: side effects that cannot be redone from the record alone, so reserve
-		// announced them and each step is recorded before the claim is completed (mig.go).
+	if answer == nil {
 		if err := d.prepareMIG(ctx, rec); err != nil {
-			d.rollback(ctx, rec)
 			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 		}
-		if err := d.commit(ctx, rec); err != nil {
-			d.rollback(ctx, rec)
-			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
-		}
+		answer = rec
 	}
+	klog.FromContext(ctx).V(2).Info("Prepared claim", "claim", klog.KObj(claim), "devices", len(answer.Devices))
+	return toKubelet(answer), nil
+}
+
+// complete does, under the node lock and right after rec's record was published, what a
+// prepare sets up on the node: the claim's sharing settings and its CDI spec. If either fails,
+// everything is undone in the same hold, record included, so that a failed prepare leaves
+// nothing and reserves nothing.
+func (d *Driver) complete(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, spec *specs.Spec) error {
 	if err := d.applySharing(ctx, rec); err != nil {
-		// applySharing has put back what it could; the rollback must not try again and
-		// keep the record for a GPU that refuses both.
+		// applySharing has put back what it could; the undo must not try again and keep the
+		// record for a GPU that refuses both.
 		undone := *rec
 		undone.Sharing = nil
-		d.rollback(ctx, &undone)
-		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+		d.undo(ctx, l, &undone)
+		return err
 	}
-	// The spec is written after the decision is published and outside the lock. A crash in
-	// between leaves a PrepareCompleted record without spec, which is a state every path
-	// already repairs from the record: start-up reconciliation re-creates the spec, and so does
-	// the kubelet's next prepare of the claim (restore), which it sends because it got no answer.
-	if err := d.writeSpec(rec); err != nil {
-		d.rollback(ctx, rec)
-		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	if err := d.opts.CDI.Write(rec.UID, spec); err != nil {
+		d.undo(ctx, l, rec)
+		return fmt.Errorf("CDI spec: %w", err)
 	}
-	klog.FromContext(ctx).V(2).Info("Prepared claim", "claim", klog.KObj(claim), "devices", len(rec.Devices))
-	return toKubelet(rec), nil
+	return nil
+}
+
+// undo forgets rec after a failed prepare, under the node lock; what cannot be undone is
+// logged, the prepare's own error is what the kubelet sees.
+func (d *Driver) undo(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim) {
+	delete(d.inflight, types.UID(rec.UID))
+	if err := d.forget(ctx, l, rec); err != nil {
+		klog.FromContext(ctx).Error(err, "Undoing a failed prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
 }
 
 // plan checks a claim's allocation against this node and resolves its configuration, without
@@ -411,41 +485,13 @@ func appliesTo(names []string, req string) bool {
 }
 
 // reserve decides, under the node lock, whether this instance may prepare rec, and publishes
-// the decision as its PrepareCompleted record. This is the driver's last line of defence against
-// two workloads sharing a device, so it decides against what is on disk (the index, which the
-// lock brings up to date), not against what this process remembers. If the claim is already
+// the decision as the record st staged. This is the driver's last line of defence against two
+// workloads sharing a device, so it decides against what is on disk (the index, which the lock
+// brings up to date), not against what this process remembers. If the claim is already
 // prepared it returns the record instead (the kubelet asks again after its own restart, or asks
 // the other instance of a rolling update).
-//
-// This is the only hold of the node lock in a prepare. The record is encoded and written to a
-// temporary file before the lock is taken, so that under it publishing costs one rename, and it
-// is thrown away if the decision goes the other way. The claim's one side effect, its CDI spec,
-// can be re-created from the record alone, so no PrepareStarted record has to announce it:
-// PrepareStarted records are only read, from older plugins and for side effects that could not
-// be redone.
-func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoint.Claim, error) {
+func (d *Driver) reserve(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, st *checkpoint.Staged) (*checkpoint.Claim, error) {
 	ref := klog.KRef(rec.Namespace, rec.Name).String()
-	done := *rec
-	done.State = checkpoint.StatePrepareCompleted
-	done.Owner = ""
-	twoPhase := hasDynamicMIG(rec)
-	if twoPhase {
-		done.State = checkpoint.StatePrepareStarted
-		done.Owner = d.instance
-	}
-	st, err := d.opts.State.Stage(done)
-	if err != nil {
-		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
-		return nil, fmt.Errorf("claim %s: checkpoint: %w", ref, err)
-	}
-	defer st.Discard()
-
-	l, err := d.lock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Unlock()
-
 	cur, found := d.indexed(rec.UID)
 	if found {
 		switch {
@@ -455,7 +501,7 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 			return nil, fmt.Errorf("claim %s is being prepared by another instance of the plugin (%s); try again when it is done", ref, cur.Owner)
 		}
 		// Half-done by an instance that died or by an earlier attempt of this one: start over,
-		// destroying the MIG instances it recorded. The CDI spec, if any, is rewritten.
+		// destroying the MIG instances it recorded.
 		if err := d.releaseMIG(ctx, &cur); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", ref, err)
 		}
@@ -472,15 +518,19 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 			if !held {
 				break
 			}
-			oc := d.claims[other]
-			if oc != nil && d.abandoned(l, oc) {
+			oc, _ := d.indexed(string(other))
+			if oc.UID != "" && d.abandoned(l, &oc) {
 				klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", pd.Device)
-				if err := d.forget(ctx, l, oc); err != nil {
+				if err := d.forget(ctx, l, &oc); err != nil {
 					return nil, err
 				}
 				continue
 			}
-			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s, which %s", ref, pd.Device, d.describe(other), conflict(&pd, oc))
+			var ocp *checkpoint.Claim
+			if oc.UID != "" {
+				ocp = &oc
+			}
+			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s, which %s", ref, pd.Device, d.describe(other), conflict(&pd, ocp))
 		}
 	}
 	if err := d.sharingConflict(ref, rec); err != nil {
@@ -495,47 +545,12 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
 		return nil, fmt.Errorf("claim %s: checkpoint: %w", ref, err)
 	}
-	*rec = done
+	*rec = st.Claim()
 	d.index(rec)
-	if twoPhase {
+	if rec.State == checkpoint.StatePrepareStarted {
 		d.inflight[types.UID(rec.UID)] = true
 	}
 	return nil, nil
-}
-
-// lockStarted takes the node lock for a step of a two-phase preparation, which may go on only
-// while the claim's record is still this instance's PrepareStarted one.
-func (d *Driver) lockStarted(ctx context.Context, uid string) (*checkpoint.Locked, error) {
-	l, err := d.lock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if cur, found := d.indexed(uid); !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
-		l.Unlock()
-		return nil, fmt.Errorf("its checkpoint record changed while it was being prepared (unprepared meanwhile?)")
-	}
-	return l, nil
-}
-
-// commit completes a two-phase (dynamic-MIG) preparation once its MIG instances are recorded:
-// its PrepareStarted record becomes PrepareCompleted, unless the record changed meanwhile.
-func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
-	l, err := d.lockStarted(ctx, rec.UID)
-	if err != nil {
-		return err
-	}
-	defer l.Unlock()
-	done := *rec
-	done.State = checkpoint.StatePrepareCompleted
-	done.Owner = ""
-	if err := l.Put(done); err != nil {
-		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	d.index(&done)
-	delete(d.inflight, types.UID(rec.UID))
-	*rec = done
-	return nil
 }
 
 // abandoned reports whether c is a PrepareStarted record nobody is working on any more: its
@@ -625,13 +640,28 @@ func (d *Driver) describe(uid types.UID) string {
 	return string(uid)
 }
 
+// withLock runs fn with the node lock held and the index up to date (lock). It is how a
+// prepare, an unprepare and the garbage collection touch the node's shared state: checkpoint
+// records, CDI specs, the GPUs' sharing settings, MPS daemons and MIG instances are changed only
+// by functions that take the *checkpoint.Locked that only a hold gives, so that a decision and
+// every side effect that follows from it happen in one hold, which the other instance of a
+// rolling update sees whole or not at all.
+func (d *Driver) withLock(ctx context.Context, fn func(l *checkpoint.Locked) error) error {
+	l, err := d.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	return fn(l)
+}
+
 // lock takes the node lock and brings the index up to date if another process wrote to the
 // checkpoint since this one last held the lock. While the lock is held, the index is exactly
 // what the directory holds: either nobody else wrote since this process's last hold (whose
 // writes the index has), or the directory has just been read. Decisions are taken against it
 // without reading records again.
 func (d *Driver) lock(ctx context.Context) (*checkpoint.Locked, error) {
-	l, err := d.opts.State.Lock()
+	l, err := d.opts.State.LockContext(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -787,13 +817,27 @@ func (d *Driver) unindexLocked(uid types.UID) {
 	delete(d.claims, uid)
 }
 
+// writeSpec builds and writes rec's CDI spec. Called with the node lock held.
 func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
+	spec, err := d.buildSpec(rec)
+	if err != nil {
+		return err
+	}
+	if err := d.opts.CDI.Write(rec.UID, spec); err != nil {
+		return fmt.Errorf("CDI spec: %w", err)
+	}
+	return nil
+}
+
+// buildSpec builds and validates rec's CDI spec; it touches nothing, so a prepare does it before
+// taking the node lock.
+func (d *Driver) buildSpec(rec *checkpoint.Claim) (*specs.Spec, error) {
 	var requests []cdi.Request
 	index := map[string]int{}
 	for _, pd := range rec.Devices {
 		dev, ok := d.devices[pd.Device]
 		if !ok {
-			return fmt.Errorf("device %s is no longer on node %s", pd.Device, d.opts.NodeName)
+			return nil, fmt.Errorf("device %s is no longer on node %s", pd.Device, d.opts.NodeName)
 		}
 		i, ok := index[pd.Request]
 		if !ok {
@@ -808,12 +852,9 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 		Control: d.opts.Inventory.ControlNodes, Env: rec.Env, Mounts: d.sharingMounts(rec),
 	})
 	if err != nil {
-		return fmt.Errorf("CDI spec: %w", err)
+		return nil, fmt.Errorf("CDI spec: %w", err)
 	}
-	if err := d.opts.CDI.Write(rec.UID, spec); err != nil {
-		return fmt.Errorf("CDI spec: %w", err)
-	}
-	return nil
+	return spec, nil
 }
 
 // SetCommonEdits makes edits the node-common CDI edits of every spec written from now on, and
@@ -866,40 +907,20 @@ func (d *Driver) rewriteSpec(ctx context.Context, uid types.UID) (bool, error) {
 	return true, nil
 }
 
-// rollback undoes a preparation whose CDI spec could not be written: record and spec go, unless
-// the record is no longer a PrepareCompleted one (another instance has started over since).
-// Another instance may have answered a prepare of the same claim from the record meanwhile;
-// its spec would fail as this one did (the same spec, the same disk), so removing both leaves
-// the kubelet to retry rather than a claim that looks prepared but cannot be used.
-func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
-	logger := klog.FromContext(ctx)
-	l, err := d.lock(ctx)
-	if err != nil {
-		logger.Error(err, "Rollback: locking checkpoint", "claim", klog.KRef(rec.Namespace, rec.Name))
-		return
-	}
-	defer l.Unlock()
-	delete(d.inflight, types.UID(rec.UID))
-	cur, found := d.indexed(rec.UID)
-	if found && cur.State != checkpoint.StatePrepareCompleted && cur.Owner != d.instance {
-		return
-	}
-	if err := d.forget(ctx, l, rec); err != nil {
-		logger.Error(err, "Rollback", "claim", klog.KRef(rec.Namespace, rec.Name))
-	}
-}
-
-// forget removes every trace of a claim, under the lock: CDI spec, then record (once the record
-// is gone nothing would remove a leftover spec), then its entry in the index.
+// forget removes every trace of a claim, under the lock: what its sharing set on the GPUs and
+// the MIG instances it created (if that fails the record stays, so that a retry can finish),
+// then its CDI spec and its record, and its entry in the index. Settings of a GPU that is lost
+// are left for the GPU's reset or the node's reboot (releaseSharing, releaseMIG): the claim's
+// pod must be able to terminate.
 func (d *Driver) forget(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim) error {
-	if err := d.opts.CDI.Remove(c.UID); err != nil {
-		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
-	}
 	if err := d.releaseSharing(ctx, c); err != nil {
 		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	if err := d.releaseMIG(ctx, c); err != nil {
 		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if err := d.opts.CDI.Remove(c.UID); err != nil {
+		return fmt.Errorf("claim %s/%s: removing CDI spec: %w", c.Namespace, c.Name, err)
 	}
 	if err := l.Delete(c.UID); err != nil {
 		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
@@ -932,31 +953,29 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 	lock := d.claimLock(c.UID)
 	lock.Lock()
 	defer lock.Unlock()
-	// The spec goes first and outside the lock: removing it is idempotent and, while the record
-	// stays, nothing can leak.
-	if err := d.opts.CDI.Remove(string(c.UID)); err != nil {
-		return fmt.Errorf("claim %s: removing CDI spec: %w", c.NamespacedName, err)
-	}
-	l, err := d.lock(ctx)
+	d.at("unprepare:unlocked")
+	// One hold for everything: a prepare of the same claim on the other instance (whose
+	// context the kubelet cancelled) either published before it, and is undone here whole, or
+	// comes after it and publishes nothing.
+	err := d.withLock(ctx, func(l *checkpoint.Locked) error {
+		cur, found := d.indexed(string(c.UID))
+		if !found {
+			// Nothing recorded; a spec without record is removed all the same.
+			if err := d.opts.CDI.Remove(string(c.UID)); err != nil {
+				return fmt.Errorf("claim %s: removing CDI spec: %w", c.NamespacedName, err)
+			}
+			return nil
+		}
+		if cur.State != checkpoint.StatePrepareCompleted && cur.Owner == d.instance {
+			// This instance's own two-phase prepare of the claim is at its unlocked step;
+			// once the record is gone it finds it so and destroys what it made.
+			delete(d.inflight, c.UID)
+		}
+		return d.forget(ctx, l, &cur)
+	})
 	if err != nil {
 		return err
 	}
-	defer l.Unlock()
-	// MIG instances go before the record: a crash in between leaves a record whose instances
-	// are gone, which the next unprepare completes; the other order could leak them.
-	if cur, found := d.indexed(string(c.UID)); found {
-		if err := d.releaseSharing(ctx, &cur); err != nil {
-			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
-		}
-		if err := d.releaseMIG(ctx, &cur); err != nil {
-			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
-		}
-	}
-	if err := l.Delete(string(c.UID)); err != nil {
-		d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
-		return fmt.Errorf("claim %s: checkpoint: %w", c.NamespacedName, err)
-	}
-	d.unindex(c.UID)
 	klog.FromContext(ctx).V(2).Info("Unprepared claim", "claim", c.NamespacedName)
 	return nil
 }

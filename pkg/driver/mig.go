@@ -127,62 +127,123 @@ others:
 	return nil
 }
 
-// prepareMIG creates the MIG instances of rec's dynamic-MIG devices, recording each step.
-// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has written their
-// PrepareStarted record, and checked that what they need overlaps nothing another claim holds.
+// prepareMIG creates the MIG instances of rec's dynamic-MIG devices and completes the claim.
+// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has published their
+// PrepareStarted record (the intent: parent, profile and placement), after checking that what
+// they need overlaps nothing another claim holds, and that record holds the placement against
+// every sweep while the instances are made. Creating them is slow (NVML), so it runs without
+// the node lock; the second hold records what was made and completes the claim, sharing and
+// CDI spec included, unless the claim was unprepared meanwhile or the kubelet gave up on the
+// prepare, in which case it destroys what it made.
 func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
-	if d.opts.MIG == nil {
-		return errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
-	}
-	l, err := d.lockStarted(ctx, rec.UID)
+	created, err := d.createMIG(ctx, rec)
+	// Cleaning up must happen even when the kubelet cancelled the prepare.
+	cleanup := context.WithoutCancel(ctx)
 	if err != nil {
+		d.abortMIG(cleanup, rec, created)
 		return err
 	}
-	defer l.Unlock()
-	put := func() error {
-		if err := l.Put(*rec); err != nil {
+	return d.withLock(cleanup, func(l *checkpoint.Locked) error {
+		delete(d.inflight, types.UID(rec.UID))
+		cur, found := d.indexed(rec.UID)
+		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+			// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
+			d.destroyCreated(cleanup, rec, created)
+			return errors.New("the claim was unprepared while its MIG instances were being created")
+		}
+		if err := ctx.Err(); err != nil {
+			d.undo(cleanup, l, rec)
+			return fmt.Errorf("prepare cancelled before it was published: %w", context.Cause(ctx))
+		}
+		done := *rec
+		done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
+		spec, err := d.buildSpec(&done)
+		if err != nil {
+			d.undo(cleanup, l, rec)
+			return err
+		}
+		if err := l.Put(done); err != nil {
 			d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+			d.undo(cleanup, l, rec)
 			return fmt.Errorf("checkpoint: %w", err)
 		}
+		*rec = done
 		d.index(rec)
-		return nil
+		migCrash("completed")
+		return d.complete(cleanup, l, rec, spec)
+	})
+}
+
+// createMIG creates the instances of rec's dynamic-MIG devices, filling in rec (in memory) as
+// it goes, and returns the devices whose GPU instance it created.
+func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) ([]int, error) {
+	if d.opts.MIG == nil {
+		return nil, errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
 	}
+	var created []int
 	for i := range rec.Devices {
 		pd := &rec.Devices[i]
 		m := pd.MIG
 		if m == nil {
 			continue
 		}
-		logger := klog.FromContext(ctx).WithValues("device", pd.Device, "gpu", m.ParentUUID)
 		migCrash("intent")
-		if m.GI == nil {
-			gi, err := d.opts.MIG.CreateGI(ctx, m.ParentUUID, m.ProfileID, device.MIGPlacement{Start: m.Start, Size: m.Size})
-			if err != nil {
-				return fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
-			}
-			migCrash("gi-created")
-			m.GI = &gi
-			if err := put(); err != nil {
-				return err
-			}
-			migCrash("gi-recorded")
+		if err := ctx.Err(); err != nil {
+			return created, fmt.Errorf("prepare cancelled: %w", context.Cause(ctx))
 		}
-		in, err := d.opts.MIG.CreateCI(ctx, m.ParentUUID, *m.GI)
+		gi, err := d.opts.MIG.CreateGI(ctx, m.ParentUUID, m.ProfileID, device.MIGPlacement{Start: m.Start, Size: m.Size})
 		if err != nil {
-			return fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
+			return created, fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
+		}
+		migCrash("gi-created")
+		m.GI = &gi
+		created = append(created, i)
+		in, err := d.opts.MIG.CreateCI(ctx, m.ParentUUID, gi)
+		if err != nil {
+			return created, fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
 		}
 		migCrash("ci-created")
 		ci := in.CI
 		m.CI = &ci
 		pd.UUID = in.UUID
 		pd.Nodes = append(stdslices.Clone(d.devices[pd.Device].Nodes), in.CapNodes...)
-		if err := put(); err != nil {
-			return err
-		}
-		migCrash("ci-recorded")
-		logger.V(2).Info("Created MIG device", "profile", m.Profile, "start", m.Start, "gi", *m.GI, "ci", ci, "uuid", in.UUID)
+		klog.FromContext(ctx).V(2).Info("Created MIG device", "device", pd.Device, "gpu", m.ParentUUID, "profile", m.Profile, "start", m.Start, "gi", gi, "ci", ci, "uuid", in.UUID)
 	}
-	return nil
+	return created, nil
+}
+
+// abortMIG undoes a dynamic-MIG prepare whose creation failed: under the node lock, the
+// instances it made are destroyed and its record goes, unless the record is no longer its own.
+func (d *Driver) abortMIG(ctx context.Context, rec *checkpoint.Claim, created []int) {
+	err := d.withLock(ctx, func(l *checkpoint.Locked) error {
+		delete(d.inflight, types.UID(rec.UID))
+		cur, found := d.indexed(rec.UID)
+		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
+			d.destroyCreated(ctx, rec, created)
+			return nil
+		}
+		return d.forget(ctx, l, rec)
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Rolling back a failed dynamic-MIG prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
+}
+
+// destroyCreated destroys the GPU instances this prepare created for rec, after its record
+// went: each only if it is still the instance made (rec's IDs) and no record holds it. Called
+// with the node lock held.
+func (d *Driver) destroyCreated(ctx context.Context, rec *checkpoint.Claim, created []int) {
+	if len(created) == 0 {
+		return
+	}
+	mine := *rec
+	mine.Devices = nil
+	for _, i := range created {
+		mine.Devices = append(mine.Devices, rec.Devices[i])
+	}
+	if err := d.releaseMIG(ctx, &mine); err != nil {
+		klog.FromContext(ctx).Error(err, "Destroying the MIG instances of a prepare whose claim was unprepared meanwhile; the next sweep destroys them", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
 }
 
 // releaseMIG destroys the MIG instances c's record says it created. An instance is destroyed
@@ -190,7 +251,10 @@ func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
 // no other record holds it, so that a GPU-instance ID reused by a later claim is never
 // destroyed by a stale record. A record whose GPU instance ID was not written yet (a crash
 // right after creation) gets the instance at its placement destroyed, unless another record
-// holds that placement. Called with the node lock held.
+// holds that placement. An instance on a GPU that cannot be listed (lost) is left: the claim's
+// pod must be able to terminate, a lost GPU runs nothing, and once no record holds the
+// instance the sweep destroys it when the GPU answers again (a reset or a reboot clears it
+// anyway). Called with the node lock held.
 func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 	if d.opts.MIG == nil {
 		return nil
@@ -204,12 +268,16 @@ func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 	if len(mine) == 0 {
 		return nil
 	}
-	list, err := d.opts.MIG.ListMIG(ctx)
+	list, unreadable, err := d.listMIG(ctx)
 	if err != nil {
 		return fmt.Errorf("listing MIG instances: %w", err)
 	}
 	for _, pd := range mine {
 		m := pd.MIG
+		if err, bad := unreadable[m.ParentUUID]; bad {
+			klog.FromContext(ctx).Error(err, "Leaving the MIG instance of a claim on a GPU that cannot be listed; it is destroyed when the GPU answers again", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "gpu", m.ParentUUID)
+			continue
+		}
 		for _, in := range list {
 			if !recordedAs(pd, in) {
 				continue
@@ -225,6 +293,42 @@ func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 		}
 	}
 	return nil
+}
+
+// listMIG lists the MIG instances of the GPUs that can be read; unreadable are the others, by
+// UUID (from the inventory when the GPU cannot tell it), with why. err is a failure to list
+// anything at all.
+func (d *Driver) listMIG(ctx context.Context) (list []device.MIGInstance, unreadable map[string]error, err error) {
+	list, err = d.opts.MIG.ListMIG(ctx)
+	var failed device.GPUErrors
+	if !errors.As(err, &failed) {
+		return list, nil, err
+	}
+	unreadable = map[string]error{}
+	for _, g := range failed {
+		uuid := g.UUID
+		if uuid == "" {
+			uuid = d.uuidAt(g.Index)
+		}
+		klog.FromContext(ctx).Error(g.Err, "Cannot list the MIG instances of a GPU; they are left as they are", "gpu", uuid, "index", g.Index)
+		unreadable[uuid] = g.Err
+	}
+	return list, unreadable, nil
+}
+
+// uuidAt is the UUID the inventory has for the whole GPU at NVML index i, "" if none.
+func (d *Driver) uuidAt(i int) string {
+	for _, p := range d.opts.Inventory.MIGParents {
+		if p.GPU.Index == i {
+			return p.GPU.UUID
+		}
+	}
+	for _, dev := range d.opts.Inventory.Devices {
+		if dev.Index == i && dev.MIG == nil {
+			return dev.UUID
+		}
+	}
+	return ""
 }
 
 // recordedAs reports whether instance in is the one pd's record describes.
@@ -262,21 +366,22 @@ func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, 
 }
 
 // sweepMIG destroys the MIG instances on MIG-mode GPUs that no checkpoint record holds: those
-// of preparations that crashed before recording them, and any an operator made (in dynamic MIG
-// the plugin owns the MIG layout of the GPUs in MIG mode). It runs in Reconcile, after
-// half-prepared claims were rolled back.
-func (d *Driver) sweepMIG(ctx context.Context) ([]string, error) {
+// of preparations that crashed before recording them, of claims unprepared while their GPU
+// could not be listed, and any an operator made (in dynamic MIG the plugin owns the MIG layout
+// of the GPUs in MIG mode). It runs at start-up, after half-prepared claims were rolled back,
+// and in every garbage collection. Nothing it meets is fatal: a GPU that cannot be listed
+// (lost) and an instance that cannot be destroyed (NVML_ERROR_IN_USE: a process still runs on
+// it) are logged and left for the next sweep, since a plugin that exits over them crash-loops
+// and then serves no GPU at all. Called with the node lock held.
+func (d *Driver) sweepMIG(ctx context.Context) []string {
 	if d.opts.MIG == nil {
-		return nil, nil
+		return nil
 	}
-	l, err := d.lock(ctx)
+	logger := klog.FromContext(ctx)
+	list, _, err := d.listMIG(ctx)
 	if err != nil {
-		return nil, err
-	}
-	defer l.Unlock()
-	list, err := d.opts.MIG.ListMIG(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing MIG instances: %w", err)
+		logger.Error(err, "Cannot list MIG instances to destroy those no claim holds")
+		return nil
 	}
 	var destroyed []string
 	for _, in := range list {
@@ -284,13 +389,14 @@ func (d *Driver) sweepMIG(ctx context.Context) ([]string, error) {
 			continue
 		}
 		if err := d.opts.MIG.DestroyMIG(ctx, in.ParentUUID, in.GI); err != nil {
-			return destroyed, fmt.Errorf("destroying MIG instance %d on GPU %s that no claim holds: %w", in.GI, in.ParentUUID, err)
+			logger.Error(err, "Cannot destroy a MIG instance that no claim holds; trying again at the next sweep", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start)
+			continue
 		}
 		id := fmt.Sprintf("%s/gi%d(%s@%d)", in.ParentUUID, in.GI, in.Profile, in.Placement.Start)
-		klog.FromContext(ctx).Info("Destroyed MIG instance that no claim holds", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start, "uuid", in.UUID)
+		logger.Info("Destroyed MIG instance that no claim holds", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start, "uuid", in.UUID)
 		destroyed = append(destroyed, id)
 	}
-	return destroyed, nil
+	return destroyed
 }
 
 // verifyMIG checks that the MIG device a prepared claim got still exists as recorded.
@@ -301,14 +407,20 @@ func (d *Driver) verifyMIG(ctx context.Context, c *checkpoint.Claim, pd *checkpo
 	if pd.MIG.CI == nil || pd.UUID == "" {
 		return fmt.Errorf("claim %s/%s (%s): device %s is recorded as prepared without its MIG instance", c.Namespace, c.Name, c.UID, pd.Device)
 	}
-	list, err := d.opts.MIG.ListMIG(ctx)
+	list, unreadable, err := d.listMIG(ctx)
 	if err != nil {
-		return fmt.Errorf("listing MIG instances: %w", err)
+		// Not knowing is no evidence of a change: refusing would take a running claim's spec.
+		klog.FromContext(ctx).Error(err, "Cannot check that a prepared claim's MIG device still exists; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device)
+		return nil
 	}
 	for _, in := range list {
 		if recordedAs(pd, in) && in.UUID == pd.UUID {
 			return nil
 		}
+	}
+	if _, bad := unreadable[pd.MIG.ParentUUID]; bad {
+		klog.FromContext(ctx).Info("Cannot check that a prepared claim's MIG device still exists, its GPU cannot be listed; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "gpu", pd.MIG.ParentUUID)
+		return nil
 	}
 	return fmt.Errorf("claim %s/%s (%s): MIG device %s (UUID %s, GPU instance %d) no longer exists", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, *pd.MIG.GI)
 }

@@ -3,13 +3,17 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -33,6 +37,11 @@ type migEnv struct {
 	server *nvmlmock.Server
 	// static runs the plugin without dynamic MIG.
 	static bool
+	// lost are the indices of GPUs that have fallen off the bus at the next restart: every NVML
+	// query that needs the GPU answers GPU_IS_LOST, as on a real node.
+	lost []int
+	// wrap, if set, stands between the driver and the mock's partitioner.
+	wrap func(device.Partitioner) device.Partitioner
 }
 
 func newMIGEnv(t *testing.T) *migEnv {
@@ -42,14 +51,38 @@ func newMIGEnv(t *testing.T) *migEnv {
 	return e
 }
 
+// restartErr is restart for a test of start-up failures: a failed Reconcile fails the test
+// and returns nil.
+func (e *migEnv) restartErr() *ReconcileReport {
+	e.t.Helper()
+	rep, err := e.start2()
+	if err != nil {
+		e.t.Errorf("plugin start-up failed (it would exit and crash-loop): %v", err)
+		return nil
+	}
+	return rep
+}
+
 // restart starts a new plugin process over the same checkpoint, CDI and mock directories.
 func (e *migEnv) restart() *ReconcileReport {
+	e.t.Helper()
+	rep, err := e.start2()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rep
+}
+
+func (e *migEnv) start2() (*ReconcileReport, error) {
 	e.t.Helper()
 	s, err := nvmlmock.NewServer("mig-mixed", nodeName)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	s.UseStateDir(filepath.Join(e.dir, "mock"))
+	for _, i := range e.lost {
+		lose(s.Devices[i])
+	}
 	e.server = s
 	be := s.Backend()
 	inv, err := be.Enumerate(e.ctx)
@@ -76,16 +109,12 @@ func (e *migEnv) restart() *ReconcileReport {
 	e.metrics = metrics.NewPlugin(driverName)
 	e.drv, err = New(e.ctx, Options{
 		DriverName: driverName, NodeName: nodeName, Inventory: e.inv,
-		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Events: e.events, MIG: partitioner(part),
+		CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: e.metrics, Events: e.events, MIG: e.partitioner(part),
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rep, err := e.drv.Reconcile(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return rep
+	return e.drv.Reconcile(e.ctx)
 }
 
 // partitioner keeps a nil backend a nil interface.
@@ -94,6 +123,122 @@ func partitioner(b *nvmlbackend.Backend) device.Partitioner {
 		return nil
 	}
 	return b
+}
+
+func (e *migEnv) partitioner(b *nvmlbackend.Backend) device.Partitioner {
+	p := partitioner(b)
+	if p != nil && e.wrap != nil {
+		return e.wrap(p)
+	}
+	return p
+}
+
+// lose makes d a GPU that has fallen off the bus: its handle and minor number still answer,
+// every query that needs the GPU fails with GPU_IS_LOST.
+func lose(d *mock.Device) {
+	lost := nvml.ERROR_GPU_IS_LOST
+	d.GetUUIDFunc = func() (string, nvml.Return) { return "", lost }
+	d.GetNameFunc = func() (string, nvml.Return) { return "", lost }
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, lost }
+	d.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, lost }
+	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, lost }
+	d.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, lost }
+}
+
+// inUse is a partitioner whose GPU instances on one GPU cannot be destroyed: a process still
+// runs on them (NVML_ERROR_IN_USE).
+type inUse struct {
+	device.Partitioner
+	gpu string
+}
+
+func (p inUse) DestroyMIG(ctx context.Context, parent string, gi int) error {
+	if parent == p.gpu {
+		return fmt.Errorf("gpu %s: destroying GPU instance %d: %w", parent, gi, nvml.ERROR_IN_USE)
+	}
+	return p.Partitioner.DestroyMIG(ctx, parent, gi)
+}
+
+// TestDynamicMIGLostGPU: a GPU that falls off the bus takes only its own claims down. Start-up
+// works (the sweep skips the GPU it cannot list), a claim on a healthy GPU keeps its spec, the
+// kubelet can unprepare the claim on the lost GPU (its pod must be able to terminate), and the
+// healthy GPUs go on being partitioned.
+func TestDynamicMIGLostGPU(t *testing.T) {
+	e := newMIGEnv(t)
+	a := claim("a", []result{{Device: "gpu-1-mig-1g5gb-0"}})
+	b := claim("b", []result{{Device: "gpu-2-mig-1g10gb-0"}})
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if r := e.prepare(c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	e.lost = []int{2}
+	rep := e.restartErr()
+	if rep == nil {
+		return
+	}
+	if !slices.Contains(rep.Restored, "a") || !exists(e.specPath("a")) {
+		t.Errorf("claim on a healthy GPU not kept with its spec: %+v", rep)
+	}
+	if err := e.unprepare("b"); err != nil {
+		t.Errorf("unprepare of the claim on the lost GPU: %v", err)
+	}
+	if exists(e.recordPath("b")) || exists(e.specPath("b")) {
+		t.Error("unprepare on the lost GPU left its record or spec")
+	}
+	if r := e.prepare(claim("c", []result{{Device: "gpu-1-mig-1g5gb-2"}})); r.Err != nil {
+		t.Errorf("prepare on a healthy GPU next to a lost one: %v", r.Err)
+	}
+	for _, uid := range []types.UID{"a", "c"} {
+		if err := e.unprepare(uid); err != nil {
+			t.Error(err)
+		}
+	}
+	// The lost GPU's instance is left for its reset; the healthy GPUs' are gone.
+	if got := e.instances(); len(got) != 1 || !strings.HasPrefix(got[0], "gpu2/") {
+		t.Errorf("instances %v, want only the lost GPU's", got)
+	}
+	// The GPU comes back (a reset keeps nothing on real hardware; the mock keeps the
+	// instance): the next start destroys the instance no claim holds.
+	e.lost = nil
+	e.restartErr()
+	if got := e.instances(); len(got) != 0 {
+		t.Errorf("instances %v after the GPU came back, want none", got)
+	}
+}
+
+// TestDynamicMIGInUseInstance: an instance no claim holds that cannot be destroyed (a process
+// of the operator's still runs on it) is skipped, not fatal: the plugin starts and destroys the
+// others.
+func TestDynamicMIGInUseInstance(t *testing.T) {
+	// The first start is without dynamic MIG, so the operator's instances on gpu-0 stay.
+	e := &migEnv{env: &env{t: t, ctx: t.Context(), dir: t.TempDir(), boot: bootA}, static: true}
+	e.restart()
+	before := e.instances()
+	if len(before) == 0 {
+		t.Fatal("the mock's profile has no instances on gpu-0")
+	}
+	e.static = false
+	gpu0 := ""
+	for _, p := range e.inv.MIGParents {
+		if p.GPU.Name == "gpu-0" {
+			gpu0 = p.GPU.UUID
+		}
+	}
+	e.wrap = func(p device.Partitioner) device.Partitioner { return inUse{Partitioner: p, gpu: gpu0} }
+	rep := e.restartErr()
+	if rep == nil {
+		return
+	}
+	if len(rep.MIGDestroyed) != 0 {
+		t.Errorf("destroyed %v on a GPU whose instances are in use", rep.MIGDestroyed)
+	}
+	if got := e.instances(); !cmp.Equal(got, before) {
+		t.Errorf("instances %v, want the in-use ones %v", got, before)
+	}
+	if r := e.prepare(claim("a", []result{{Device: "gpu-1-mig-1g5gb-0"}})); r.Err != nil {
+		t.Errorf("prepare on another GPU: %v", r.Err)
+	}
 }
 
 func (e *migEnv) instances() []string {
@@ -204,7 +349,7 @@ func TestDynamicMIGPrepareUnprepare(t *testing.T) {
 // must leave no MIG instance that no claim holds, must not touch the instance of a claim
 // prepared before the crash, and the claim must prepare when the kubelet asks again.
 func TestDynamicMIGCrash(t *testing.T) {
-	for _, step := range []string{"intent", "gi-created", "gi-recorded", "ci-created", "ci-recorded"} {
+	for _, step := range []string{"intent", "gi-created", "ci-created"} {
 		t.Run(step, func(t *testing.T) {
 			e := newMIGEnv(t)
 			held := claim("held", []result{{Device: "gpu-1-mig-3g20gb-4"}})
@@ -263,7 +408,7 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	func() {
 		defer func() { _ = recover() }()
 		migCrash = func(s string) {
-			if s == "ci-recorded" {
+			if s == "ci-created" {
 				panic("kill")
 			}
 		}
@@ -273,9 +418,13 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	// The dead instance's registration goes with it; a second instance (same checkpoint, same
 	// MIG state) prepares the claim without a Reconcile.
 	e.drv.Close()
-	old := e.record("c")
-	if old.Devices[0].MIG.CI == nil {
+	// The record holds the placement (the intent) while the instance was made without it.
+	if old := e.record("c"); old.State != checkpoint.StatePrepareStarted || old.Devices[0].MIG.GI != nil {
 		t.Fatalf("record %+v", old)
+	}
+	abandoned, err := e.server.Backend().ListMIG(e.ctx)
+	if err != nil || len(abandoned) != 1 || abandoned[0].UUID == "" {
+		t.Fatalf("MIG instances after the crash: %+v, %v", abandoned, err)
 	}
 	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
 	if err != nil {
@@ -294,7 +443,7 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 	if got := e.instances(); len(got) != 1 {
 		t.Fatalf("instances %v, want one", got)
 	}
-	if now := e.record("c"); now.Devices[0].UUID == old.Devices[0].UUID {
+	if now := e.record("c"); now.Devices[0].UUID == abandoned[0].UUID {
 		t.Errorf("the retry kept the abandoned MIG device %s instead of making its own", now.Devices[0].UUID)
 	}
 }
@@ -357,4 +506,78 @@ func BenchmarkPrepareDynamicMIG(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(durations)
 	b.ReportMetric(float64(durations[len(durations)/2].Microseconds())/1000, "prepare-p50-ms")
+}
+
+// TestUnprepareDuringMIGCreation: while one instance creates a claim's MIG instance (without
+// the node lock), the kubelet cancels the prepare and, in one variant, the other instance
+// unprepares the claim. Whatever step the creation is at, nothing may be left: no record, no
+// spec, no MIG instance.
+func TestUnprepareDuringMIGCreation(t *testing.T) {
+	for _, step := range []string{"intent", "gi-created", "ci-created", "completed"} {
+		for _, unprepare := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/unprepare=%v", step, unprepare), func(t *testing.T) {
+				e := newMIGEnv(t)
+				store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := New(e.ctx, Options{DriverName: driverName, NodeName: nodeName, Inventory: e.inv,
+					CDI: cdi.New(e.cdiDir(), e.inv.Kind), State: store, Metrics: metrics.NewPlugin(driverName), MIG: e.server.Backend()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				c := claim("c", []result{{Device: "gpu-1-mig-1g5gb-0"}})
+				ctx, cancel := context.WithCancel(e.ctx)
+				defer cancel()
+				var once sync.Once
+				unprepared := make(chan error, 1)
+				migCrash = func(s string) {
+					if s != step {
+						return
+					}
+					once.Do(func() {
+						cancel()
+						if !unprepare {
+							return
+						}
+						if step == "completed" {
+							// Inside the second hold: the unprepare waits for it.
+							go func() { unprepared <- unprepareOn(e.ctx, b, "c") }()
+							return
+						}
+						unprepared <- unprepareOn(e.ctx, b, "c")
+					})
+				}
+				defer func() { migCrash = func(string) {} }()
+				err = prepareOn(ctx, e.drv, c)
+				t.Logf("prepare: %v", err)
+				if unprepare {
+					if err := <-unprepared; err != nil {
+						t.Errorf("unprepare on the other instance: %v", err)
+					}
+				}
+				if step == "completed" {
+					// Past the check: the claim was published in the hold, and the kubelet's
+					// unprepare removes it.
+					if !unprepare {
+						if err := unprepareOn(e.ctx, b, "c"); err != nil {
+							t.Fatal(err)
+						}
+					}
+				} else if err == nil {
+					t.Error("a prepare cancelled while creating its MIG instance succeeded")
+				}
+				if exists(e.recordPath("c")) || exists(e.specPath("c")) {
+					t.Errorf("record %v, spec %v left", exists(e.recordPath("c")), exists(e.specPath("c")))
+				}
+				if got := e.instances(); len(got) != 0 {
+					t.Errorf("MIG instances %v left", got)
+				}
+				if r := e.prepare(claim("next", []result{{Device: "gpu-1-mig-1g5gb-0"}})); r.Err != nil {
+					t.Errorf("placement not free afterwards: %v", r.Err)
+				}
+			})
+		}
+	}
 }

@@ -56,7 +56,10 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	if rep.MIGDestroyed, err = d.sweepMIG(ctx); err != nil {
+	if err := d.withLock(ctx, func(*checkpoint.Locked) error {
+		rep.MIGDestroyed = d.sweepMIG(ctx)
+		return nil
+	}); err != nil {
 		return rep, err
 	}
 

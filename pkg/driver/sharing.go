@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	stdslices "slices"
@@ -18,6 +19,7 @@ import (
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
@@ -516,22 +518,12 @@ func timeSliced(c *checkpoint.Claim) []string {
 }
 
 // applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
-// back the GPUs it had already set, unless another claim needs them so.
+// back the GPUs it had already set, unless another claim needs them so. Called with the node
+// lock held, right after the claim's record was published: a GPU's settings and its MPS daemon
+// (started by its first share and stopped by its last, which either instance of the plugin may
+// prepare) change only together with the records that say which claims count on them.
 func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
-		if _, shared := mpsShareGPU(rec); shared {
-			// The GPU's daemon is started by its first share and stopped by its last, which
-			// either instance of the plugin may prepare: under the node lock, the records
-			// say which claims count on it.
-			l, err := d.lock(ctx)
-			if err != nil {
-				return fmt.Errorf("sharing.mps: %w", err)
-			}
-			defer l.Unlock()
-			if _, found := d.indexed(rec.UID); !found {
-				return fmt.Errorf("sharing.mps: the claim was unprepared while it was being prepared")
-			}
-		}
 		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
 		// driver does it. The record, written already, says to put DEFAULT back.
 		set, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
@@ -596,20 +588,36 @@ func (d *Driver) usedByOther(uuid string, self types.UID, of func(*checkpoint.Cl
 // releaseSharing stops c's MPS daemon and puts back the default time-slice and compute mode on
 // each GPU of c that no other claim needs so, before c's record goes: if that fails the record
 // stays, and the kubelet's next unprepare (or start-up reconciliation, for a claim that is
-// gone) tries again. Records of an earlier boot are not in the index and need nothing: the
-// driver reset the GPUs when it loaded. Called with the node lock held.
+// gone) tries again. A GPU that is lost (gpuLost) is the exception: nothing can be set on it
+// until a reset or a reboot, which put its defaults back anyway, and the claim's pod must be
+// able to terminate, so its failures are logged and the release goes on. Records of an earlier
+// boot are not in the index and need nothing: the driver reset the GPUs when it loaded. Called
+// with the node lock held.
 func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error {
 	if _, indexed := d.indexed(c.UID); !indexed {
 		return nil
 	}
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name))
+	// tolerate passes the failure of a lost GPU.
+	tolerate := func(err error, uuids ...string) error {
+		for _, u := range uuids {
+			if d.gpuLost(u, err) {
+				logger.Error(err, "Leaving a setting of a lost GPU as it is: a reset or a reboot puts its default back", "uuid", u)
+				return nil
+			}
+		}
+		return err
+	}
 	if isMPS(c) {
 		if d.opts.MPS != nil {
-			if err := d.stopDaemon(ctx, c); err != nil {
+			if err := tolerate(d.stopDaemon(ctx, c), gpuUUIDs(c)...); err != nil {
 				return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
 			}
 		}
-		if err := d.restoreComputeModes(ctx, types.UID(c.UID), d.computeModeGPUs(c)); err != nil {
-			return fmt.Errorf("putting back the default compute mode: %w", err)
+		for _, u := range d.computeModeGPUs(c) {
+			if err := tolerate(d.restoreComputeModes(ctx, types.UID(c.UID), []string{u}), u); err != nil {
+				return fmt.Errorf("putting back the default compute mode: %w", err)
+			}
 		}
 	}
 	for _, uuid := range timeSliced(c) {
@@ -617,9 +625,38 @@ func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error 
 			continue
 		}
 		if err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceDefault); err != nil {
+			if tolerate(err, uuid) == nil {
+				continue
+			}
 			return fmt.Errorf("putting back the default time-slice of GPU %s: %w", uuid, err)
 		}
-		klog.FromContext(ctx).V(2).Info("Put back the default GPU time-slice", "claim", klog.KRef(c.Namespace, c.Name), "uuid", uuid)
+		logger.V(2).Info("Put back the default GPU time-slice", "uuid", uuid)
 	}
 	return nil
+}
+
+// gpuLost reports whether the GPU uuid is lost, as err says (device.ErrGPULost) or as device
+// health last saw it (cause lost).
+func (d *Driver) gpuLost(uuid string, err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, device.ErrGPULost) {
+		return true
+	}
+	if d.health == nil {
+		return false
+	}
+	for _, h := range d.health.tracker.Snapshot() {
+		dev, ok := d.devices[h.Device]
+		if !ok || dev.UUID != uuid || h.State != health.Unhealthy {
+			continue
+		}
+		for _, cond := range h.Conditions {
+			if cond.Cause == health.CauseLost {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 )
 
 // fakeSlicer records time-slice calls; fail makes calls for a UUID fail.
@@ -22,6 +24,8 @@ type fakeSlicer struct {
 	mu    sync.Mutex
 	calls []string
 	fail  map[string]bool
+	// now is each GPU's time-slice as the calls left it.
+	now map[string]string
 }
 
 func (f *fakeSlicer) SetTimeSlice(_ context.Context, uuid string, iv configapi.TimeSliceInterval) error {
@@ -31,7 +35,22 @@ func (f *fakeSlicer) SetTimeSlice(_ context.Context, uuid string, iv configapi.T
 		return errors.New("not supported")
 	}
 	f.calls = append(f.calls, uuid+"="+string(iv))
+	if f.now == nil {
+		f.now = map[string]string{}
+	}
+	f.now[uuid] = string(iv)
 	return nil
+}
+
+// settings are the GPUs' time-slices as the calls left them.
+func (f *fakeSlicer) settings() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for u, iv := range f.now {
+		out[u] = iv
+	}
+	return out
 }
 
 func (f *fakeSlicer) take() string {
@@ -241,5 +260,37 @@ func TestTimeSlicingComputeMode(t *testing.T) {
 	}
 	if exists(e.recordPath("t2")) {
 		t.Error("a refused claim left its record")
+	}
+}
+
+// TestUnprepareOnLostGPU: a GPU whose time-slice cannot be put back keeps its claim's record
+// for the kubelet's retry, unless the GPU is lost (device health says so): then nothing can be
+// set on it until a reset or a reboot, which put the default back anyway, and the unprepare
+// finishes so that the pod can terminate.
+func TestUnprepareOnLostGPU(t *testing.T) {
+	e, f := slicerEnv(t)
+	src := health.SourceFunc(func(ctx context.Context, _ func(health.Event)) error { <-ctx.Done(); return nil })
+	if err := e.drv.EnableHealth(HealthOptions{Source: src, StatePath: filepath.Join(e.dir, "health.json"), BootID: e.boot}); err != nil {
+		t.Fatal(err)
+	}
+	u0 := e.inv.Devices[0].UUID
+	c := claim("t1", []result{{Device: "gpu-0"}}, timeSliceLong)
+	if r := e.prepare(c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	f.fail[u0] = true
+	if err := e.unprepare("t1"); err == nil || !exists(e.recordPath("t1")) {
+		t.Fatalf("unprepare with a GPU that refuses but answers: %v, record kept %v; want an error and the record kept", err, exists(e.recordPath("t1")))
+	}
+	for _, ev := range []health.Event{{Type: health.Watching, Device: "gpu-0"}, {Type: health.Fault, Device: "gpu-0", Cause: health.CauseLost, Message: "GPU is lost"}} {
+		if _, _, err := e.drv.health.tracker.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.unprepare("t1"); err != nil {
+		t.Fatalf("unprepare on a lost GPU: %v", err)
+	}
+	if exists(e.recordPath("t1")) || exists(e.specPath("t1")) {
+		t.Error("unprepare on a lost GPU left its record or spec")
 	}
 }

@@ -178,6 +178,14 @@ func Run(ctx context.Context, o *Options) error {
 	if err := helper.PublishResources(ctx, drv.Resources()); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
+	// Records of claims the kubelet no longer needs (a prepare it cancelled that published
+	// after its unprepare) and leftovers of lost GPUs are collected in the background.
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		drv.RunGC(ctx, driver.DefaultGCInterval, driver.DefaultGCGrace)
+	}()
+	defer func() { <-gcDone }()
 	healthDone := make(chan struct{})
 	go func() {
 		defer close(healthDone)

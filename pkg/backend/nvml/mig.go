@@ -3,6 +3,7 @@ package nvml
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
@@ -471,7 +472,9 @@ func (b *Backend) DestroyMIG(ctx context.Context, parentUUID string, giID int) e
 	return nil
 }
 
-// ListMIG implements device.Partitioner.
+// ListMIG implements device.Partitioner. Each GPU is listed on its own: one that fails is
+// reported in a device.GPUErrors and the others are listed all the same, so that one lost GPU
+// does not stop the sweep, the unprepares and the checks of every other GPU's instances.
 func (b *Backend) ListMIG(ctx context.Context) ([]device.MIGInstance, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -483,35 +486,50 @@ func (b *Backend) ListMIG(ctx context.Context) ([]device.MIGInstance, error) {
 		return nil, fmt.Errorf("nvml DeviceGetCount: %w", ret)
 	}
 	var out []device.MIGInstance
+	var failed device.GPUErrors
 	for i := 0; i < count; i++ {
-		h, ret := b.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, callError("DeviceGetHandleByIndex", i, ret)
-		}
-		cur, _, ret := h.GetMigMode()
-		if ret == nvml.ERROR_NOT_SUPPORTED || (ret == nvml.SUCCESS && cur != nvml.DEVICE_MIG_ENABLE) {
+		ins, uuid, err := b.listMIG(i)
+		if err != nil {
+			if errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
+				err = fmt.Errorf("%w: %w", device.ErrGPULost, err)
+			}
+			failed = append(failed, device.GPUError{Index: i, UUID: uuid, Err: err})
 			continue
-		}
-		if ret != nvml.SUCCESS {
-			return nil, callError("GetMigMode", i, ret)
-		}
-		d := device.Device{}
-		if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
-			return nil, callError("GetUUID", i, ret)
-		}
-		mem, ret := h.GetMemoryInfo()
-		if ret != nvml.SUCCESS {
-			return nil, callError("GetMemoryInfo", i, ret)
-		}
-		profiles, err := b.migProfiles(h, i, int64(mem.Total))
-		if err != nil {
-			return nil, err
-		}
-		ins, err := b.migInstances(h, i, &d, profiles)
-		if err != nil {
-			return nil, err
 		}
 		out = append(out, ins...)
 	}
+	if len(failed) > 0 {
+		return out, failed
+	}
 	return out, nil
+}
+
+// listMIG lists the instances of the GPU at index i, none if it is not in MIG mode. uuid is
+// the GPU's, if it could be read.
+func (b *Backend) listMIG(i int) (ins []device.MIGInstance, uuid string, err error) {
+	h, ret := b.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return nil, "", callError("DeviceGetHandleByIndex", i, ret)
+	}
+	cur, _, ret := h.GetMigMode()
+	if ret == nvml.ERROR_NOT_SUPPORTED || (ret == nvml.SUCCESS && cur != nvml.DEVICE_MIG_ENABLE) {
+		return nil, "", nil
+	}
+	if ret != nvml.SUCCESS {
+		return nil, "", callError("GetMigMode", i, ret)
+	}
+	d := device.Device{}
+	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
+		return nil, "", callError("GetUUID", i, ret)
+	}
+	mem, ret := h.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return nil, d.UUID, callError("GetMemoryInfo", i, ret)
+	}
+	profiles, err := b.migProfiles(h, i, int64(mem.Total))
+	if err != nil {
+		return nil, d.UUID, err
+	}
+	ins, err = b.migInstances(h, i, &d, profiles)
+	return ins, d.UUID, err
 }
