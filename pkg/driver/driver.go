@@ -111,6 +111,9 @@ type Driver struct {
 	// shares are the claims holding a share of a device that allows multiple allocations
 	// (sharing.go), by device UUID; a device is in owner or in shares, never in both.
 	shares map[string]map[types.UID]bool
+	// opaque are the records this plugin cannot read at all (foreign.go): while there is one,
+	// every device counts as held.
+	opaque map[types.UID]bool
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
@@ -139,6 +142,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		owner:       map[string]types.UID{},
 		inflight:    map[types.UID]bool{},
 		shares:      map[string]map[types.UID]bool{},
+		opaque:      map[types.UID]bool{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
@@ -445,6 +449,9 @@ func (d *Driver) reserve(ctx context.Context, rec *checkpoint.Claim) (*checkpoin
 		return nil, err
 	}
 	defer l.Unlock()
+	if err := d.notOwnedRefusal(rec); err != nil {
+		return nil, err
+	}
 
 	cur, found := d.indexed(rec.UID)
 	if found {
@@ -542,7 +549,7 @@ func (d *Driver) commit(ctx context.Context, rec *checkpoint.Claim) error {
 // owner is dead, or it is this instance's and no prepare of this instance is at it (one failed
 // without rolling back). Called with the node lock held.
 func (d *Driver) abandoned(l *checkpoint.Locked, c *checkpoint.Claim) bool {
-	if c.State != checkpoint.StatePrepareStarted {
+	if c.State != checkpoint.StatePrepareStarted || c.Foreign != nil {
 		return false
 	}
 	if c.Owner == d.instance {
@@ -724,6 +731,7 @@ func (d *Driver) reindex(claims []checkpoint.Claim) {
 	d.claims = make(map[types.UID]*checkpoint.Claim, len(claims))
 	d.owner = make(map[string]types.UID, len(claims))
 	d.shares = map[string]map[types.UID]bool{}
+	d.opaque = map[types.UID]bool{}
 	d.completed = 0
 	d.mu.Unlock()
 	for i := range claims {
@@ -741,6 +749,9 @@ func (d *Driver) index(c *checkpoint.Claim) {
 	d.claims[uid] = &cp
 	if cp.State == checkpoint.StatePrepareCompleted {
 		d.completed++
+	}
+	if cp.Foreign != nil && cp.Foreign.Opaque {
+		d.opaque[uid] = true
 	}
 	for i := range cp.Devices {
 		pd := &cp.Devices[i]
@@ -785,6 +796,7 @@ func (d *Driver) unindexLocked(uid types.UID) {
 		}
 	}
 	delete(d.claims, uid)
+	delete(d.opaque, uid)
 }
 
 func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
@@ -857,7 +869,7 @@ func (d *Driver) rewriteSpec(ctx context.Context, uid types.UID) (bool, error) {
 	}
 	defer l.Unlock()
 	c, found := d.indexed(string(uid))
-	if !found || c.State != checkpoint.StatePrepareCompleted || !d.opts.CDI.Exists(c.UID) {
+	if !found || c.State != checkpoint.StatePrepareCompleted || c.Foreign != nil || !d.opts.CDI.Exists(c.UID) {
 		return false, nil
 	}
 	if err := d.writeSpec(&c); err != nil {
@@ -881,7 +893,7 @@ func (d *Driver) rollback(ctx context.Context, rec *checkpoint.Claim) {
 	defer l.Unlock()
 	delete(d.inflight, types.UID(rec.UID))
 	cur, found := d.indexed(rec.UID)
-	if found && cur.State != checkpoint.StatePrepareCompleted && cur.Owner != d.instance {
+	if found && (cur.State != checkpoint.StatePrepareCompleted && cur.Owner != d.instance || cur.Foreign != nil) {
 		return
 	}
 	if err := d.forget(ctx, l, rec); err != nil {
@@ -945,6 +957,9 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 	// MIG instances go before the record: a crash in between leaves a record whose instances
 	// are gone, which the next unprepare completes; the other order could leak them.
 	if cur, found := d.indexed(string(c.UID)); found {
+		if cur.Foreign != nil {
+			return notOwned(&cur, "unprepare")
+		}
 		if err := d.releaseSharing(ctx, &cur); err != nil {
 			return fmt.Errorf("claim %s: %w", c.NamespacedName, err)
 		}
