@@ -309,8 +309,8 @@ func (l *Locked) Reload(ctx context.Context) (*LoadResult, error) {
 }
 
 // Get reads the record of one claim of this boot. found is false when there is none or it is
-// from another boot. A record that cannot be trusted is moved aside and returned as a *Corrupt
-// error, with found false.
+// from another boot. A damaged record is moved aside and returned as a *Corrupt error, with
+// found false; an intact one this plugin does not own is found, with Foreign set.
 func (l *Locked) Get(uid string) (c Claim, found bool, err error) {
 	if err := validateUID(uid); err != nil {
 		return Claim{}, false, err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,18 +17,22 @@ import (
 )
 
 const (
-	// APIVersion and RecordKind identify the on-disk format. A reader refuses any other
-	// apiVersion rather than guess: a record it cannot interpret is moved aside, never trusted.
+	// APIVersion is the newest format this plugin reads and owns, and the one it writes;
+	// APIVersionV1 is still read. Records of any other apiVersion are kept, not owned (see
+	// "Versions" in the package comment).
 	//
 	// v2 added each device's identity (UUID, device nodes), admin access and the owner of a
 	// PrepareStarted record. v1 records are still read: their new fields are empty, which the
 	// driver takes as "identity not recorded" and fills in from the inventory on restore (a v1
 	// record was written by an older plugin during this same boot, before any index could move).
+	// The MIG instance ("mig"), shares ("shareID", "consumedCapacity") and sharing ("sharing")
+	// were added to v2 later without a new apiVersion; v2 is what 83431c1 reads.
 	APIVersion   = "checkpoint.accel-dra.io/v2"
 	APIVersionV1 = "checkpoint.accel-dra.io/v1"
 	RecordKind   = "PreparedClaim"
 
-	checksumPrefix = "sha256:"
+	apiVersionPrefix = "checkpoint.accel-dra.io/v"
+	checksumPrefix   = "sha256:"
 )
 
 // State is how far a claim's preparation got. A claim is recorded as PrepareStarted before any
@@ -60,6 +65,27 @@ type Claim struct {
 	// until that is done, so that a crash in between leaves the work to whoever removes the
 	// record next.
 	Sharing *Sharing `json:"sharing,omitempty"`
+
+	// Foreign is set on a record this plugin keeps but does not own: intact, but in a format
+	// it does not fully know. It is never part of a record (and so never written by Put).
+	Foreign *Foreign `json:"-"`
+}
+
+// Foreign says why a record is kept but not owned: it is intact (its checksum matches its
+// content) but written by a plugin whose format this one does not fully know, normally a newer
+// one during a rolling update. Whatever its claim's known fields name is held; this plugin
+// never rewrites or removes the record, nor prepares or unprepares its claim: the plugin that
+// wrote it does (see "Versions" in the package comment).
+type Foreign struct {
+	// APIVersion and Kind are what the record says it is.
+	APIVersion string
+	Kind       string
+	// Reason is what this plugin could not interpret.
+	Reason string
+	// Opaque is set when not even the fields of this plugin's format could be read (another
+	// kind, a known field of another type): the claim has only its UID, from the file name, and
+	// what it holds is unknown, so every device on the node counts as held while it exists.
+	Opaque bool
 }
 
 // Sharing is the sharing strategy a claim's GPUs were prepared with.
@@ -199,6 +225,9 @@ func checksum(bootID string, c *Claim) (canonicalClaim []byte, sum string, err e
 
 // encodeRecord renders a claim as the bytes of its record file.
 func encodeRecord(bootID string, c *Claim) ([]byte, error) {
+	if c.Foreign != nil {
+		return nil, fmt.Errorf("claim %s: its record is in a format this plugin does not fully know (apiVersion %s: %s); rewriting it would lose what this plugin cannot read", c.UID, c.Foreign.APIVersion, c.Foreign.Reason)
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -207,7 +236,7 @@ func encodeRecord(bootID string, c *Claim) ([]byte, error) {
 		return nil, fmt.Errorf("encoding claim %s: %w", c.UID, err)
 	}
 	out, err := json.Marshal(record{
-		APIVersion: APIVersion,
+		APIVersion: apiVersionOf(c),
 		Kind:       RecordKind,
 		BootID:     bootID,
 		Checksum:   sum,
@@ -219,23 +248,45 @@ func encodeRecord(bootID string, c *Claim) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// decodeRecord parses and verifies a record file. Any error means the record must not be
-// trusted.
+// apiVersionOf is the apiVersion a record of c is written with: the oldest one that has every
+// field c sets, and v2 at least (package comment). Every field this plugin writes is a v2
+// field; a new field comes with a new apiVersion, returned here for the claims that set it
+// (TestEveryFieldHasAVersion fails until it is).
+func apiVersionOf(*Claim) string { return APIVersion }
+
+// errChecksum is a record whose checksum does not match its content: damage.
+var errChecksum = errors.New("checksum mismatch")
+
+// decodeRecord parses and verifies a record file. An error means the record is damaged and must
+// not be trusted. An intact record that this plugin cannot fully interpret is no error: it comes
+// back with Foreign set, and with the fields of this plugin's format that could be read.
 func decodeRecord(data []byte) (bootID string, c Claim, err error) {
-	// Look at the version first, loosely, so that a record from a newer plugin is reported as
-	// such rather than as "unknown field".
-	var head struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
+	// The envelope, loosely: fields a later version may add to it are no damage.
+	var env record
+	if err := json.Unmarshal(data, &env); err != nil {
 		return "", Claim{}, fmt.Errorf("not a checkpoint record: %w", err)
 	}
-	if head.APIVersion != APIVersion && head.APIVersion != APIVersionV1 {
-		return "", Claim{}, fmt.Errorf("unsupported apiVersion %q, want %q (or %q)", head.APIVersion, APIVersion, APIVersionV1)
+	bootID, c, err = decodeOwned(data, &env)
+	if err == nil {
+		return bootID, c, nil
 	}
-	if head.Kind != RecordKind {
-		return "", Claim{}, fmt.Errorf("unsupported kind %q, want %q", head.Kind, RecordKind)
+	if ierr := env.intact(); ierr != nil {
+		if errors.Is(err, errChecksum) {
+			return "", Claim{}, err
+		}
+		return "", Claim{}, fmt.Errorf("%w, and the record is not intact: %w", err, ierr)
+	}
+	return env.BootID, foreignClaim(&env, err), nil
+}
+
+// decodeOwned decodes a record in a format this plugin knows, strictly: an unknown field in it is
+// something this plugin would lose by rewriting the record.
+func decodeOwned(data []byte, env *record) (bootID string, c Claim, err error) {
+	if env.APIVersion != APIVersion && env.APIVersion != APIVersionV1 {
+		return "", Claim{}, fmt.Errorf("unsupported apiVersion %q%s, want %q (or %q)", env.APIVersion, newer(env.APIVersion), APIVersion, APIVersionV1)
+	}
+	if env.Kind != RecordKind {
+		return "", Claim{}, fmt.Errorf("unsupported kind %q, want %q", env.Kind, RecordKind)
 	}
 
 	var rec record
@@ -255,16 +306,78 @@ func decodeRecord(data []byte) (bootID string, c Claim, err error) {
 	if err != nil {
 		return "", Claim{}, err
 	}
-	if sum != rec.Checksum {
-		return "", Claim{}, fmt.Errorf("checksum mismatch: record says %s, content is %s", rec.Checksum, sum)
+	// The claim as this plugin encodes it, or as the file has it: a writer need not order or
+	// escape its fields as encoding/json of these types does.
+	if sum != rec.Checksum && rawChecksum(rec.BootID, rec.Claim) != rec.Checksum {
+		return "", Claim{}, fmt.Errorf("%w: record says %s, content is %s", errChecksum, rec.Checksum, sum)
 	}
 	if err := c.validate(); err != nil {
 		return "", Claim{}, err
 	}
-	if head.APIVersion == APIVersionV1 && c.hasV2Fields() {
+	if env.APIVersion == APIVersionV1 && c.hasV2Fields() {
 		return "", Claim{}, fmt.Errorf("apiVersion %s record has fields of %s", APIVersionV1, APIVersion)
 	}
 	return rec.BootID, c, nil
+}
+
+// newer says so if apiVersion is a later version of this format.
+func newer(apiVersion string) string {
+	n, err := strconv.Atoi(strings.TrimPrefix(apiVersion, apiVersionPrefix))
+	if !strings.HasPrefix(apiVersion, apiVersionPrefix) || err != nil || n <= 2 {
+		return ""
+	}
+	return " (newer than this plugin)"
+}
+
+// intact reports whether the record is whole as its writer wrote it, whatever its version:
+// its checksum covers the claim's bytes as written (compacted), which needs no knowledge of
+// what the claim says.
+func (r *record) intact() error {
+	if !strings.HasPrefix(r.Checksum, checksumPrefix) {
+		return fmt.Errorf("checksum %q is not %s<hex>", r.Checksum, checksumPrefix)
+	}
+	if len(r.Claim) == 0 || r.Claim[0] != '{' {
+		return errors.New("its claim is not a JSON object")
+	}
+	if sum := rawChecksum(r.BootID, r.Claim); sum != r.Checksum {
+		return fmt.Errorf("%w: record says %s, content is %s", errChecksum, r.Checksum, sum)
+	}
+	return nil
+}
+
+// rawChecksum is the checksum of a claim as written. For a claim encoding/json wrote (every
+// writer so far) it equals checksum's, which encodes the same wrapper around the same bytes.
+func rawChecksum(bootID string, claim json.RawMessage) string {
+	body, err := json.Marshal(struct {
+		BootID string          `json:"bootID"`
+		Claim  json.RawMessage `json:"claim"`
+	}{bootID, claim})
+	if err != nil {
+		return "" // not valid JSON: matches no checksum
+	}
+	h := sha256.Sum256(body)
+	return checksumPrefix + hex.EncodeToString(h[:])
+}
+
+// foreignClaim is what this plugin can read of an intact record it does not own: the fields of
+// its own format, leniently, which every later format keeps with their meaning.
+func foreignClaim(env *record, reason error) Claim {
+	f := &Foreign{APIVersion: env.APIVersion, Kind: env.Kind, Reason: reason.Error()}
+	var c Claim
+	err := json.Unmarshal(env.Claim, &c)
+	switch {
+	case env.Kind != RecordKind:
+		f.Opaque = true
+	case err != nil:
+		f.Opaque, f.Reason = true, f.Reason+"; reading its known fields: "+err.Error()
+	case validateUID(c.UID) != nil:
+		f.Opaque, f.Reason = true, f.Reason+"; "+validateUID(c.UID).Error()
+	}
+	if f.Opaque {
+		return Claim{Foreign: f}
+	}
+	c.Foreign = f
+	return c
 }
 
 // strictUnmarshal rejects unknown fields and trailing data: a record is written in one piece by

@@ -33,7 +33,7 @@ func TestShareRoundTrip(t *testing.T) {
 	}
 
 	// A record whose only v2 fields are the share's, under the v1 apiVersion: a v1 plugin
-	// never wrote shares.
+	// never wrote shares, so this plugin does not own it, and holds the share.
 	v1c := Claim{UID: uid(2), Namespace: "team-a", Name: "share", State: StatePrepareCompleted,
 		Devices: []PreparedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: "s-1",
 			ConsumedCapacity: map[string]resource.Quantity{"memory": resource.MustParse("1Gi")}}}}
@@ -42,7 +42,8 @@ func TestShareRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := strings.Replace(string(data), APIVersion, APIVersionV1, 1)
-	if _, _, err := decodeRecord([]byte(v1)); err == nil || !strings.Contains(err.Error(), "fields of") {
-		t.Errorf("v1 record with a share: error %v, want one about v2 fields", err)
+	_, held, err := decodeRecord([]byte(v1))
+	if err != nil || held.Foreign == nil || !strings.Contains(held.Foreign.Reason, "fields of") || held.Devices[0].ShareID != "s-1" {
+		t.Errorf("v1 record with a share: %+v, %v; want it held, with its share, for having v2 fields", held, err)
 	}
 }

@@ -6,10 +6,11 @@
 // I/O, while one file per claim keeps Put and Delete at one small write whether ten or a
 // thousand claims are prepared. Only Load, at start-up, looks at the whole directory.
 //
-// A record carries the boot ID and a checksum. A record that cannot be trusted (unreadable,
-// truncated, bad checksum, unknown version) is moved aside into `<dir>/corrupt/` and reported;
-// it never fails Load, because a plugin that refuses to start over one bad file crash-loops and
-// then cannot unprepare anything at all.
+// A record carries the boot ID and a checksum. A damaged record (unreadable, truncated, bad
+// checksum) is moved aside into `<dir>/corrupt/` and reported; it never fails Load, because a
+// plugin that refuses to start over one bad file crash-loops and then cannot unprepare anything
+// at all. An intact record this plugin cannot fully interpret is not damage: it is kept (see
+// Versions).
 //
 // Several plugin processes may share the directory (a rolling update runs the old and the new
 // pod side by side). Lock takes a node-wide lock, flock(2) on `<dir>/lock`, that every process
@@ -23,6 +24,48 @@
 // Nothing is fsynced; see docs/node-plugin.md ("Durability"). A record must outlive a crash of
 // the process, which the page cache gives, and nothing of a boot must outlive a kernel crash,
 // because the boot ID makes the next boot discard every record anyway.
+//
+// # Versions
+//
+// Two releases of the plugin share the directory during a rolling update, and the kubelet may
+// send either of them any claim, so each must live with the other's records. A plugin that took
+// a newer one's records for damage and moved them aside would hand their devices out again and
+// sweep their MIG instances. These rules hold for this plugin and every later one:
+//
+//   - The envelope is fixed: a JSON object with apiVersion (checkpoint.accel-dra.io/vN), kind
+//     (PreparedClaim), bootID, checksum and claim, and the record of a claim is <claim UID>.json.
+//     The checksum is "sha256:" and the hex SHA-256 of the JSON object {"bootID":…,"claim":…}
+//     with the claim's bytes as written, compacted. Every reader can thus tell an intact record
+//     from a damaged one without understanding the claim. (The writers of v1 and v2 met this
+//     already: their checksum is of the same bytes.)
+//   - Every new field comes with a new apiVersion, and a field keeps its meaning once written;
+//     a new field is optional, and its absence means what it meant before. testdata/ keeps
+//     records of every released writer, and TestEveryFieldHasAVersion fails for a field without
+//     an apiVersion.
+//   - A record is written with the oldest apiVersion that has every field it sets, and no older
+//     than v2. A record that uses nothing new is one that older plugins read and own in full: a
+//     rolling update then restricts them only for the claims that use what they do not have.
+//   - A later version writes, in the fields of v2, everything a v2 reader needs to hold what the
+//     claim holds: each device by name and UUID, admin access, a share's shareID, the MIG
+//     instance in mig, the sharing strategy in sharing. A record that holds something these
+//     fields cannot name is not of kind PreparedClaim, so that older readers hold it as opaque.
+//   - A record of another boot holds nothing, since the containers it served died with that
+//     boot, and whichever plugin loads it deletes it, as before.
+//
+// A reader moves aside only damage: a file that is not such a JSON object, a checksum that does
+// not match, a claim stored under another claim's name. A record it reads in full is its own. An
+// intact record it cannot fully interpret (a newer apiVersion, a field or kind it does not know)
+// is kept untouched and returned with Claim.Foreign set and with the fields of this plugin's
+// format read from it leniently: they name what it holds. If even those cannot be read, the record
+// is opaque, and what it holds is unknown: every device on the node counts as held while it
+// exists. Such records are never rewritten (Put refuses them) or removed by this plugin, and
+// their claims are left to the plugin that wrote them.
+//
+// This plugin reads v1 and v2. v2 is the format as 83431c1 reads it: the MIG instance, shares and
+// sharing were added to it after it was first released, without a new apiVersion, so that the
+// plugins of 94642e0 and e47d56b move records that carry them aside (docs/node-plugin.md,
+// "Checkpoint versions"). Releases before this one do not hold what they cannot read, whatever
+// the version: they move it aside.
 package checkpoint
 
 import (
@@ -90,7 +133,8 @@ func (c *Corrupt) Unwrap() error { return c.Err }
 
 // LoadResult is what Load found.
 type LoadResult struct {
-	// Claims are the records of this boot, sorted by UID.
+	// Claims are the records of this boot, sorted by UID, those this plugin does not own
+	// (Claim.Foreign) included: they hold what they name.
 	Claims []Claim
 	// Stale are valid records written during another boot, sorted by UID. Their containers and
 	// CDI specs died with that boot; the caller deletes them.
@@ -287,6 +331,9 @@ func (s *Store) load(ctx context.Context, removeTemps bool) (*LoadResult, error)
 			res.Stale = append(res.Stale, c)
 			continue
 		}
+		if c.Foreign != nil {
+			logger.V(2).Info("Keeping a checkpoint record this plugin cannot fully read", "path", path, "apiVersion", c.Foreign.APIVersion, "reason", c.Foreign.Reason)
+		}
 		res.Claims = append(res.Claims, c)
 	}
 	sortClaims(res.Claims)
@@ -302,6 +349,13 @@ func (s *Store) readRecord(path, uid string) (string, Claim, error) {
 	bootID, c, err := decodeRecord(data)
 	if err != nil {
 		return "", Claim{}, err
+	}
+	if c.Foreign != nil && c.Foreign.Opaque {
+		// Nothing in it could be read, not even its UID: the name is all there is.
+		if err := validateUID(uid); err != nil {
+			return "", Claim{}, fmt.Errorf("record name: %w", err)
+		}
+		c.UID = uid
 	}
 	// A record under another claim's name would make Delete(uid) miss it forever.
 	if c.UID != uid {

@@ -151,7 +151,8 @@ func TestGoldenRecord(t *testing.T) {
 }
 
 // TestReadsV1Records: records of the previous format stay readable, with no identity, which the
-// driver then fills in from the inventory. A v1 record carrying v2 fields is damage.
+// driver then fills in from the inventory. An intact v1 record carrying v2 fields was written by
+// a plugin that broke the versioning rules: it is held, not owned; edited, it is damage.
 func TestReadsV1Records(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "record-v1.json"))
 	if err != nil {
@@ -183,8 +184,12 @@ func TestReadsV1Records(t *testing.T) {
 		t.Fatal(err)
 	}
 	mixed := bytes.Replace(v2, []byte(APIVersion), []byte(APIVersionV1), 1)
-	if _, _, err := decodeRecord(mixed); err == nil || !strings.Contains(err.Error(), "has fields of") {
-		t.Errorf("v1 record with v2 fields: err = %v", err)
+	if _, held, err := decodeRecord(mixed); err != nil || held.Foreign == nil || !strings.Contains(held.Foreign.Reason, "has fields of") {
+		t.Errorf("v1 record with v2 fields: %+v, %v; want it held for having fields of v2", held.Foreign, err)
+	}
+	edited := bytes.Replace(mixed, []byte("GPU-x"), []byte("GPU-y"), 1)
+	if _, _, err := decodeRecord(edited); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Errorf("edited v1 record with v2 fields: err = %v", err)
 	}
 }
 
@@ -234,19 +239,23 @@ func TestLoadBadRecords(t *testing.T) {
 			write:   func(t *testing.T, path string) { writeFile(t, path, nil) },
 			wantErr: "not a checkpoint record",
 		},
-		"unknown apiVersion": {
+		// Intact records of an unknown apiVersion or kind are kept (TestLoadKeepsIntactRecordsItCannotRead);
+		// edited ones are damage.
+		"unknown apiVersion, edited": {
 			write: func(t *testing.T, path string) {
-				writeFile(t, path, bytes.Replace(badData, []byte(APIVersion), []byte("checkpoint.accel-dra.io/v3"), 1))
+				data := bytes.Replace(badData, []byte(APIVersion), []byte("checkpoint.accel-dra.io/v3"), 1)
+				writeFile(t, path, bytes.Replace(data, []byte(`"name":"train-0000"`), []byte(`"name":"train-evil"`), 1))
 			},
-			wantErr: `unsupported apiVersion "checkpoint.accel-dra.io/v3"`,
+			wantErr: `unsupported apiVersion "checkpoint.accel-dra.io/v3" (newer than this plugin), want "checkpoint.accel-dra.io/v2" (or "checkpoint.accel-dra.io/v1"), and the record is not intact: checksum mismatch`,
 		},
 		"missing apiVersion": {
 			write:   func(t *testing.T, path string) { writeFile(t, path, []byte(`{"kind":"PreparedClaim"}`)) },
 			wantErr: `unsupported apiVersion ""`,
 		},
-		"unknown kind": {
+		"unknown kind, edited": {
 			write: func(t *testing.T, path string) {
-				writeFile(t, path, bytes.Replace(badData, []byte(`"PreparedClaim"`), []byte(`"Claim"`), 1))
+				data := bytes.Replace(badData, []byte(`"PreparedClaim"`), []byte(`"Claim"`), 1)
+				writeFile(t, path, bytes.Replace(data, []byte(`"name":"train-0000"`), []byte(`"name":"train-evil"`), 1))
 			},
 			wantErr: `unsupported kind "Claim"`,
 		},

@@ -112,6 +112,9 @@ type Driver struct {
 	// shares are the claims holding a share of a device that allows multiple allocations
 	// (sharing.go), by device UUID; a device is in owner or in shares, never in both.
 	shares map[string]map[types.UID]bool
+	// opaque are the records this plugin cannot read at all (foreign.go): while there is one,
+	// every device counts as held.
+	opaque map[types.UID]bool
 	// completed counts the PrepareCompleted entries of claims, for the gauge, so that keeping
 	// it current costs nothing per prepare however many claims are prepared.
 	completed int
@@ -155,6 +158,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		inflight:    map[types.UID]bool{},
 		shares:      map[string]map[types.UID]bool{},
 		gcSince:     map[types.UID]time.Time{},
+		opaque:      map[types.UID]bool{},
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
@@ -492,6 +496,9 @@ func appliesTo(names []string, req string) bool {
 // the other instance of a rolling update).
 func (d *Driver) reserve(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, st *checkpoint.Staged) (*checkpoint.Claim, error) {
 	ref := klog.KRef(rec.Namespace, rec.Name).String()
+	if err := d.notOwnedRefusal(rec); err != nil {
+		return nil, err
+	}
 	cur, found := d.indexed(rec.UID)
 	if found {
 		switch {
@@ -557,7 +564,7 @@ func (d *Driver) reserve(ctx context.Context, l *checkpoint.Locked, rec *checkpo
 // owner is dead, or it is this instance's and no prepare of this instance is at it (one failed
 // without rolling back). Called with the node lock held.
 func (d *Driver) abandoned(l *checkpoint.Locked, c *checkpoint.Claim) bool {
-	if c.State != checkpoint.StatePrepareStarted {
+	if c.State != checkpoint.StatePrepareStarted || c.Foreign != nil {
 		return false
 	}
 	if c.Owner == d.instance {
@@ -754,6 +761,7 @@ func (d *Driver) reindex(claims []checkpoint.Claim) {
 	d.claims = make(map[types.UID]*checkpoint.Claim, len(claims))
 	d.owner = make(map[string]types.UID, len(claims))
 	d.shares = map[string]map[types.UID]bool{}
+	d.opaque = map[types.UID]bool{}
 	d.completed = 0
 	d.mu.Unlock()
 	for i := range claims {
@@ -771,6 +779,9 @@ func (d *Driver) index(c *checkpoint.Claim) {
 	d.claims[uid] = &cp
 	if cp.State == checkpoint.StatePrepareCompleted {
 		d.completed++
+	}
+	if cp.Foreign != nil && cp.Foreign.Opaque {
+		d.opaque[uid] = true
 	}
 	for i := range cp.Devices {
 		pd := &cp.Devices[i]
@@ -815,6 +826,7 @@ func (d *Driver) unindexLocked(uid types.UID) {
 		}
 	}
 	delete(d.claims, uid)
+	delete(d.opaque, uid)
 }
 
 // writeSpec builds and writes rec's CDI spec. Called with the node lock held.
@@ -898,7 +910,7 @@ func (d *Driver) rewriteSpec(ctx context.Context, uid types.UID) (bool, error) {
 	}
 	defer l.Unlock()
 	c, found := d.indexed(string(uid))
-	if !found || c.State != checkpoint.StatePrepareCompleted || !d.opts.CDI.Exists(c.UID) {
+	if !found || c.State != checkpoint.StatePrepareCompleted || c.Foreign != nil || !d.opts.CDI.Exists(c.UID) {
 		return false, nil
 	}
 	if err := d.writeSpec(&c); err != nil {
@@ -965,6 +977,15 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 				return fmt.Errorf("claim %s: removing CDI spec: %w", c.NamespacedName, err)
 			}
 			return nil
+		}
+		if cur.Foreign != nil {
+			// A newer plugin's claim: the kubelet's retry reaches that plugin, which undoes
+			// all of it (docs/node-plugin.md). The spec goes, as in every unprepare: the
+			// kubelet unprepares only claims no container uses.
+			if err := d.opts.CDI.Remove(string(c.UID)); err != nil {
+				return fmt.Errorf("claim %s: removing CDI spec: %w", c.NamespacedName, err)
+			}
+			return notOwned(&cur, "unprepare")
 		}
 		if cur.State != checkpoint.StatePrepareCompleted && cur.Owner == d.instance {
 			// This instance's own two-phase prepare of the claim is at its unlocked step;

@@ -350,6 +350,9 @@ func recordedAs(pd *checkpoint.PreparedDevice, in device.MIGInstance) bool {
 func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if uid, ok := d.opaqueLocked(except); ok {
+		return uid, true // it may hold any instance
+	}
 	for uid, c := range d.claims {
 		if uid == except {
 			continue

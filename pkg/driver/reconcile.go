@@ -34,6 +34,9 @@ type ReconcileReport struct {
 	// stopped and removed: directories left from before a reboot, or the daemon of a record
 	// that was moved aside as corrupt.
 	MPSStopped []string
+	// Held are claims whose records are in a format this plugin does not fully know (another
+	// version of the plugin wrote them): kept as they are, with what they name held (foreign.go).
+	Held []string
 }
 
 // Reconcile brings the node back to the checkpoint's truth after a start. It runs before the
@@ -123,6 +126,10 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 	for i := range loaded.Claims {
 		c := loaded.Claims[i]
 		ref := klog.KRef(c.Namespace, c.Name)
+		if c.Foreign != nil {
+			d.keepNotOwned(ctx, &c, rep)
+			continue
+		}
 		if c.State != checkpoint.StatePrepareCompleted {
 			if c.Owner != d.instance && l.Alive(c.Owner) {
 				logger.Info("Leaving half-prepared claim to the live instance preparing it", "claim", ref, "owner", c.Owner)
@@ -187,7 +194,7 @@ func (d *Driver) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bool
 	}
 	defer l.Unlock()
 	cur, found := d.indexed(c.UID)
-	if !found || cur.State != checkpoint.StatePrepareCompleted {
+	if !found || cur.State != checkpoint.StatePrepareCompleted || cur.Foreign != nil {
 		return false, nil
 	}
 	return true, d.forget(ctx, l, &cur)
@@ -224,6 +231,11 @@ func (d *Driver) sweepMPS(ctx context.Context) []string {
 	}
 	needed := map[string]bool{}
 	d.mu.Lock()
+	if uid, ok := d.opaqueLocked(""); ok {
+		d.mu.Unlock()
+		logger.Info("Stopping no MPS control daemon: a checkpoint record this plugin cannot read may count on any", "claim", uid)
+		return nil
+	}
 	for _, c := range d.claims {
 		for _, key := range mpsDaemons(c) {
 			needed[key] = true

@@ -577,6 +577,9 @@ func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error 
 func (d *Driver) usedByOther(uuid string, self types.UID, of func(*checkpoint.Claim) []string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, ok := d.opaqueLocked(self); ok {
+		return true // a record this plugin cannot read may use it
+	}
 	for uid, c := range d.claims {
 		if uid != self && stdslices.Contains(of(c), uuid) {
 			return true
