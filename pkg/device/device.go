@@ -6,6 +6,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 )
@@ -30,6 +31,11 @@ type Node struct {
 	Type  string `json:"type,omitempty"`
 	Major int64  `json:"major,omitempty"`
 	Minor int64  `json:"minor,omitempty"`
+	// FileMode is the node's permission bits where the driver prescribes them (the
+	// /dev/nvidia-caps nodes: their capabilities file says), so that the runtime creates the
+	// node with them instead of taking them from a host node that may not exist; zero leaves
+	// them to the runtime.
+	FileMode fs.FileMode `json:"fileMode,omitempty"`
 }
 
 // Device is one accelerator as a backend found it. Values are final: a backend has already

@@ -33,6 +33,8 @@ type migEnv struct {
 	server *nvmlmock.Server
 	// static runs the plugin without dynamic MIG.
 	static bool
+	// profile is the mock profile; empty: mig-mixed.
+	profile string
 }
 
 func newMIGEnv(t *testing.T) *migEnv {
@@ -45,7 +47,11 @@ func newMIGEnv(t *testing.T) *migEnv {
 // restart starts a new plugin process over the same checkpoint, CDI and mock directories.
 func (e *migEnv) restart() *ReconcileReport {
 	e.t.Helper()
-	s, err := nvmlmock.NewServer("mig-mixed", nodeName)
+	profile := e.profile
+	if profile == "" {
+		profile = "mig-mixed"
+	}
+	s, err := nvmlmock.NewServer(profile, nodeName)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -57,8 +57,8 @@ type Backend struct {
 	sysfs   fs.ReadLinkFS
 	devRoot string
 	stat    StatFunc
-	// caps is the NVIDIA driver's capabilities directory (mig.go).
-	caps fs.FS
+	// proc is the host's /proc, for the MIG devices' caps nodes (caps.go).
+	proc fs.FS
 
 	// mu serialises NVML use: Init/Shutdown pair up once, and Enumerate may be called from more
 	// than one goroutine.

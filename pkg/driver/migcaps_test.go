@@ -1,0 +1,77 @@
+package driver
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+)
+
+// TestMIGCapsNodesInSpec prepares a MIG device, static (an operator's or a containerised MIG
+// manager's) and dynamic (made by the prepare), and gives its spec to the CDI library as a
+// runtime does. Each /dev/nvidia-caps node must be fully specified from the driver's /proc
+// (nvidia-caps major, DeviceFileMinor, DeviceFileMode), so that the runtime creates it in the
+// container although no such node exists where the plugin looks: the mock, like the plugin's
+// container, has none.
+func TestMIGCapsNodesInSpec(t *testing.T) {
+	tests := map[string]struct {
+		profile string
+		static  bool
+		device  string
+		gpu     int
+	}{
+		"static, mig-mixed":   {profile: "mig-mixed", static: true, device: "gpu-0-mig-2g10gb-0", gpu: 0},
+		"dynamic, mig-mixed":  {profile: "mig-mixed", device: "gpu-1-mig-1g5gb-0", gpu: 1},
+		"dynamic, A100 (DGX)": {profile: "a100-8x-mig", device: "gpu-3-mig-3g20gb-4", gpu: 3},
+		"dynamic, H100 (DGX)": {profile: "h100-8x-mig", device: "gpu-6-mig-2g20gb-2", gpu: 6},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := &migEnv{env: &env{t: t, dir: t.TempDir(), boot: bootA}, static: tc.static, profile: tc.profile}
+			e.env.ctx = t.Context()
+			e.restart()
+			r := e.prepare(claim("a", []result{{Device: tc.device}}))
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			// The instance's IDs: the record's for a dynamic device, the inventory's for a
+			// static one.
+			var gi, ci int
+			if pd := e.record("a").Devices[0]; pd.MIG != nil {
+				gi, ci = *pd.MIG.GI, *pd.MIG.CI
+			} else {
+				in := e.inv.Lookup()[tc.device].MIG.Instance
+				gi, ci = in.GI, in.CI
+			}
+			mode := os.FileMode(0o444)
+			node := func(minor int) oci.LinuxDevice {
+				return oci.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Type: "c", Major: nvmlmock.CapsMajor, Minor: int64(minor), FileMode: &mode}
+			}
+			want := []oci.LinuxDevice{node(nvmlmock.CapMinor(tc.gpu, gi, -1)), node(nvmlmock.CapMinor(tc.gpu, gi, ci))}
+
+			cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.cdiDir()), cdiapi.WithAutoRefresh(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+			if unresolved, err := cache.InjectDevices(spec, r.Devices[0].CDIDeviceIDs...); err != nil {
+				t.Fatalf("InjectDevices(%v): %v (unresolved %v)", r.Devices[0].CDIDeviceIDs, err, unresolved)
+			}
+			var got []oci.LinuxDevice
+			for _, d := range spec.Linux.Devices {
+				if strings.HasPrefix(d.Path, "/dev/nvidia-caps/") {
+					got = append(got, d)
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("container's caps nodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
