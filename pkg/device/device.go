@@ -38,6 +38,14 @@ type Node struct {
 	FileMode fs.FileMode `json:"fileMode,omitempty"`
 }
 
+// Same reports whether n and o are the same device special file: the same paths and numbers.
+// The mode is how the runtime creates the node, not which device it is, and checkpoint records
+// of plugins before FileMode have none.
+func (n Node) Same(o Node) bool {
+	n.FileMode, o.FileMode = 0, 0
+	return n == o
+}
+
 // Device is one accelerator as a backend found it. Values are final: a backend has already
 // normalised the PCI bus ID and resolved pcieRoot/NUMA through sysfs.
 type Device struct {

@@ -585,7 +585,7 @@ func (d *Driver) verifyIdentity(ctx context.Context, l *checkpoint.Locked, c *ch
 			err = d.verifyMIG(ctx, c, pd)
 		case pd.UUID == "":
 			pd.UUID, pd.Nodes, migrated = dev.UUID, stdslices.Clone(dev.Nodes), true
-		case pd.UUID != dev.UUID || !stdslices.Equal(pd.Nodes, dev.Nodes):
+		case pd.UUID != dev.UUID || !stdslices.EqualFunc(pd.Nodes, dev.Nodes, device.Node.Same):
 			err = fmt.Errorf("claim %s/%s (%s): device %s was prepared as UUID %s (nodes %s) but is now UUID %s (nodes %s); refusing to give the claim a different device: delete its pod so that the claim is allocated again",
 				c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, nodePaths(pd.Nodes), dev.UUID, nodePaths(dev.Nodes))
 		}

@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 )
 
 // TestMIGCapsNodesInSpec prepares a MIG device, static (an operator's or a containerised MIG
@@ -33,9 +35,7 @@ func TestMIGCapsNodesInSpec(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			e := &migEnv{env: &env{t: t, dir: t.TempDir(), boot: bootA}, static: tc.static, profile: tc.profile}
-			e.env.ctx = t.Context()
-			e.restart()
+			e := startMIGEnv(t, tc.profile, tc.static)
 			r := e.prepare(claim("a", []result{{Device: tc.device}}))
 			if r.Err != nil {
 				t.Fatal(r.Err)
@@ -73,5 +73,34 @@ func TestMIGCapsNodesInSpec(t *testing.T) {
 				t.Errorf("container's caps nodes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStaticMIGRecordFromBeforeFileModes: a static MIG claim prepared by a plugin that recorded
+// caps nodes without their mode (it stat-ed them) is the same device after an upgrade, whose
+// inventory has the mode: it is restored, not refused as a device that changed identity.
+func TestStaticMIGRecordFromBeforeFileModes(t *testing.T) {
+	e := startMIGEnv(t, "", true)
+	if r := e.prepare(claim("s", []result{{Device: "gpu-0-mig-3g20gb-4"}})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	rec := e.record("s")
+	for i := range rec.Devices[0].Nodes {
+		rec.Devices[0].Nodes[i].FileMode = 0
+	}
+	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"), e.boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	rep := e.restart()
+	if len(rep.Refused) != 0 || len(rep.Restored) != 1 {
+		t.Fatalf("restart report %+v, want the claim restored", rep)
+	}
+	if r := e.prepare(claim("s", []result{{Device: "gpu-0-mig-3g20gb-4"}})); r.Err != nil {
+		t.Errorf("prepare again after the upgrade: %v", r.Err)
 	}
 }
