@@ -67,6 +67,9 @@ type DeviceNode struct {
 	Type  string
 	Major int64
 	Minor int64
+	// FileMode is the mode the runtime creates the node with: the spec's, else the host node's;
+	// zero where neither says (runc then uses 0666).
+	FileMode os.FileMode
 }
 
 // CreateFailure is a CreateContainer call the runtime refused (for example an unresolvable CDI
@@ -279,7 +282,11 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	rec.Hooks = hooksByStage(spec.Hooks)
 	if spec.Linux != nil {
 		for _, d := range spec.Linux.Devices {
-			rec.Devices = append(rec.Devices, DeviceNode{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor})
+			n := DeviceNode{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor}
+			if d.FileMode != nil {
+				n.FileMode = *d.FileMode
+			}
+			rec.Devices = append(rec.Devices, n)
 		}
 	}
 	r.s.mu.Lock()

@@ -29,6 +29,11 @@ devices:
       type: c
       major: 195
       minor: 1
+    - path: /dev/gpu-caps/cap12
+      type: c
+      major: 509
+      minor: 12
+      fileMode: 292
 containerEdits:
   env: ["VENDOR=example"]
   mounts:
@@ -102,7 +107,13 @@ func TestCreateContainerResolvesCDI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []DeviceNode{{Path: "/dev/gpu0", Type: "c", Major: 1, Minor: 3}, {Path: "/dev/gpu1", Type: "c", Major: 195, Minor: 1}}
+	// A node given by host path gets the host node's numbers and mode; a fully specified one
+	// is created from the spec, although no such node exists on the host.
+	want := []DeviceNode{
+		{Path: "/dev/gpu0", Type: "c", Major: 1, Minor: 3, FileMode: 0o666},
+		{Path: "/dev/gpu1", Type: "c", Major: 195, Minor: 1},
+		{Path: "/dev/gpu-caps/cap12", Type: "c", Major: 509, Minor: 12, FileMode: 0o444},
+	}
 	if len(rec.Devices) != len(want) {
 		t.Fatalf("devices = %+v, want %+v", rec.Devices, want)
 	}

@@ -161,13 +161,20 @@ func devicePaths(rec fakecri.ContainerRecord) []string {
 	return out
 }
 
-// capsNodes are the /dev/nvidia-caps nodes a container got.
-func capsNodes(rec fakecri.ContainerRecord) []string {
+// capsNodes are the /dev/nvidia-caps nodes a container got. The runtime creates each from the
+// CDI spec alone (the mock's /dev has none), so each must carry the mock driver's numbers and
+// mode.
+func capsNodes(t *testing.T, rec fakecri.ContainerRecord) []string {
+	t.Helper()
 	var out []string
-	for _, p := range devicePaths(rec) {
-		if strings.HasPrefix(p, "/dev/nvidia-caps/") {
-			out = append(out, p)
+	for _, d := range rec.Devices {
+		if !strings.HasPrefix(d.Path, "/dev/nvidia-caps/") {
+			continue
 		}
+		if d.Path != fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", d.Minor) || d.Type != "c" || d.Major != nvmlmock.CapsMajor || d.FileMode != 0o444 {
+			t.Errorf("container %s/%s: caps node %+v, want type c, major %d, the minor of its name and mode 0444", rec.PodName, rec.ContainerName, d, nvmlmock.CapsMajor)
+		}
+		out = append(out, d.Path)
 	}
 	return out
 }
@@ -259,7 +266,7 @@ func TestMIG(t *testing.T) {
 		if dev != "gpu-0-mig-2g10gb-0" {
 			t.Errorf("allocated %s", dev)
 		}
-		if caps := capsNodes(rec); len(caps) != 2 || !slices.Contains(devicePaths(rec), "/dev/nvidia0") {
+		if caps := capsNodes(t, rec); len(caps) != 2 || !slices.Contains(devicePaths(rec), "/dev/nvidia0") {
 			t.Errorf("container devices %v, want /dev/nvidia0 and the GI and CI caps nodes", devicePaths(rec))
 		}
 		if uuid := deviceAttr(t, sl, dev, "uuid"); !strings.HasPrefix(uuid, "MIG-") {
@@ -287,11 +294,11 @@ func TestMIG(t *testing.T) {
 		rec3, d3 := e.runPod(t, dynNode, "mig-3g", migClass, onGPU1, fmt.Sprintf("device.attributes[%q].profile == \"3g.20gb\"", driver))
 		t.Logf("1g partition %s, 3g partition %s", d1, d3)
 		for _, rec := range []fakecri.ContainerRecord{rec1, rec3} {
-			if caps := capsNodes(rec); len(caps) != 2 || !slices.Contains(devicePaths(rec), "/dev/nvidia1") {
+			if caps := capsNodes(t, rec); len(caps) != 2 || !slices.Contains(devicePaths(rec), "/dev/nvidia1") {
 				t.Errorf("container devices %v, want /dev/nvidia1 and two caps nodes", devicePaths(rec))
 			}
 		}
-		if slices.Equal(capsNodes(rec1), capsNodes(rec3)) {
+		if slices.Equal(capsNodes(t, rec1), capsNodes(t, rec3)) {
 			t.Error("two partitions got the same caps nodes")
 		}
 		if got := mockInstances(t, mockDir); len(got) != 2 {

@@ -56,6 +56,10 @@ type Options struct {
 	// SysRoot and DevRoot are where the host's /sys and /dev are visible (defaults /sys and
 	// /dev), for nvml and npu.
 	SysRoot, DevRoot string
+	// NVIDIAProcRoot is where nvml reads the host's /proc/devices and
+	// /proc/driver/nvidia/capabilities, for the MIG devices' caps nodes; default
+	// nvml.DefaultProcRoot. The mock has its own.
+	NVIDIAProcRoot string
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
 	// Both mocks read injected faults from its health.FaultDir (docs/health.md); the mock
@@ -103,13 +107,13 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 		return nil, fmt.Errorf("device backend %s: node name is required", o.Name)
 	}
 	klog.FromContext(ctx).Info("Starting device backend", "backend", o.Name, "mockProfile", o.MockProfile,
-		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "mockDir", o.MockDir)
+		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "nvidiaProcRoot", o.NVIDIAProcRoot, "mockDir", o.MockDir)
 
 	// Each branch returns its error before converting, so that a typed nil never becomes a
 	// non-nil device.Backend.
 	switch o.Name {
 	case NVML:
-		b, err := nvml.NewFromSystem(ctx, o.SysRoot, o.DevRoot)
+		b, err := nvml.NewFromSystem(ctx, o.SysRoot, o.DevRoot, nvml.WithProc(os.DirFS(cmp.Or(o.NVIDIAProcRoot, nvml.DefaultProcRoot))))
 		if err != nil {
 			return nil, err
 		}

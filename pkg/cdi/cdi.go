@@ -275,14 +275,21 @@ func deviceNodes(nodes []device.Node) []*specs.DeviceNode {
 	}
 	out := make([]*specs.DeviceNode, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, &specs.DeviceNode{
+		dn := &specs.DeviceNode{
 			Path:        n.Path,
 			HostPath:    n.HostPath,
 			Type:        n.Type,
 			Major:       n.Major,
 			Minor:       n.Minor,
 			Permissions: devicePermissions,
-		})
+		}
+		if n.FileMode != 0 {
+			// A node the host may lack (a MIG caps node) gets the driver's mode; without it the
+			// runtime copies the host node's mode, or uses its default where there is none.
+			mode := n.FileMode
+			dn.FileMode = &mode
+		}
+		out = append(out, dn)
 	}
 	return out
 }

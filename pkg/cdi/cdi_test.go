@@ -597,3 +597,51 @@ func dirNames(t *testing.T, dir string) []string {
 	}
 	return names
 }
+
+// TestDeviceNodeFileMode: a node with a mode prescribed by the driver (a MIG caps node, which
+// the host may lack) carries it in the spec, and the runtime creates the node with it; a node
+// without one leaves the mode to the runtime.
+func TestDeviceNodeFileMode(t *testing.T) {
+	caps := device.Node{Path: "/dev/nvidia-caps/nvidia-cap12", Type: "c", Major: 509, Minor: 12, FileMode: 0o444}
+	mig := gpu(0)
+	mig.Nodes = append(mig.Nodes, caps)
+	dir := t.TempDir()
+	w := New(dir, device.KindGPU)
+	c := buildCase{kind: device.KindGPU, requests: []Request{req("gpu", mig)}, control: gpuControl}
+	spec, err := w.Build(c.claim(claimUID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]string{}
+	for _, d := range spec.Devices {
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			modes[n.Path] = "none"
+			if n.FileMode != nil {
+				modes[n.Path] = n.FileMode.String()
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"/dev/nvidia0": "none", caps.Path: "-r--r--r--"}, modes); diff != "" {
+		t.Errorf("device nodes' modes in the spec (-want +got):\n%s", diff)
+	}
+	if err := w.Write(claimUID, spec); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ociSpec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if _, err := cache.InjectDevices(ociSpec, c.ids(claimUID)...); err != nil {
+		t.Fatal(err)
+	}
+	var got *oci.LinuxDevice
+	for i, d := range ociSpec.Linux.Devices {
+		if d.Path == caps.Path {
+			got = &ociSpec.Linux.Devices[i]
+		}
+	}
+	if got == nil || got.Type != "c" || got.Major != 509 || got.Minor != 12 || got.FileMode == nil || *got.FileMode != 0o444 {
+		t.Errorf("container's caps node %+v, want c 509:12 with mode 0444, though the host has no such node", got)
+	}
+}

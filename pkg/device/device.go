@@ -6,6 +6,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 )
@@ -30,6 +31,21 @@ type Node struct {
 	Type  string `json:"type,omitempty"`
 	Major int64  `json:"major,omitempty"`
 	Minor int64  `json:"minor,omitempty"`
+	// FileMode is the node's permission bits where the driver prescribes them (the
+	// /dev/nvidia-caps nodes: their capabilities file says), so that the runtime creates the
+	// node with them instead of taking them from a host node that may not exist; zero leaves
+	// them to the runtime. It is not encoded: checkpoint records hold nodes, and a field they did
+	// not have would be a new record version that the plugin before it (the old pod of a rolling
+	// update) moves aside; the driver takes the mode from the backend when it writes a spec.
+	FileMode fs.FileMode `json:"-"`
+}
+
+// Same reports whether n and o are the same device special file: the same paths and numbers.
+// The mode is how the runtime creates the node, not which device it is, and checkpoint records
+// of plugins before FileMode have none.
+func (n Node) Same(o Node) bool {
+	n.FileMode, o.FileMode = 0, 0
+	return n == o
 }
 
 // Device is one accelerator as a backend found it. Values are final: a backend has already

@@ -582,7 +582,7 @@ func (d *Driver) restore(ctx context.Context, l *checkpoint.Locked, cur *checkpo
 		return nil, err
 	}
 	if !d.opts.CDI.Exists(cur.UID) {
-		if err := d.writeSpec(cur); err != nil {
+		if err := d.writeSpec(ctx, cur); err != nil {
 			return nil, fmt.Errorf("claim %s: re-creating CDI spec: %w", ref, err)
 		}
 	}
@@ -607,7 +607,7 @@ func (d *Driver) verifyIdentity(ctx context.Context, l *checkpoint.Locked, c *ch
 			err = d.verifyMIG(ctx, c, pd)
 		case pd.UUID == "":
 			pd.UUID, pd.Nodes, migrated = dev.UUID, stdslices.Clone(dev.Nodes), true
-		case pd.UUID != dev.UUID || !stdslices.Equal(pd.Nodes, dev.Nodes):
+		case pd.UUID != dev.UUID || !stdslices.EqualFunc(pd.Nodes, dev.Nodes, device.Node.Same):
 			err = fmt.Errorf("claim %s/%s (%s): device %s was prepared as UUID %s (nodes %s) but is now UUID %s (nodes %s); refusing to give the claim a different device: delete its pod so that the claim is allocated again",
 				c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, nodePaths(pd.Nodes), dev.UUID, nodePaths(dev.Nodes))
 		}
@@ -830,8 +830,8 @@ func (d *Driver) unindexLocked(uid types.UID) {
 }
 
 // writeSpec builds and writes rec's CDI spec. Called with the node lock held.
-func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
-	spec, err := d.buildSpec(rec)
+func (d *Driver) writeSpec(ctx context.Context, rec *checkpoint.Claim) error {
+	spec, err := d.buildSpec(d.withMIGModes(ctx, rec))
 	if err != nil {
 		return err
 	}
@@ -913,7 +913,7 @@ func (d *Driver) rewriteSpec(ctx context.Context, uid types.UID) (bool, error) {
 	if !found || c.State != checkpoint.StatePrepareCompleted || c.Foreign != nil || !d.opts.CDI.Exists(c.UID) {
 		return false, nil
 	}
-	if err := d.writeSpec(&c); err != nil {
+	if err := d.writeSpec(ctx, &c); err != nil {
 		return false, fmt.Errorf("claim %s/%s: rewriting CDI spec: %w", c.Namespace, c.Name, err)
 	}
 	return true, nil

@@ -428,6 +428,50 @@ func (d *Driver) verifyMIG(ctx context.Context, c *checkpoint.Claim, pd *checkpo
 	return fmt.Errorf("claim %s/%s (%s): MIG device %s (UUID %s, GPU instance %d) no longer exists", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, *pd.MIG.GI)
 }
 
+// withMIGModes returns rec with the modes of its dynamic-MIG devices' /dev/nvidia-caps nodes,
+// which the driver prescribes and records do not hold (device.Node.FileMode), taken from the
+// MIG instances as the driver lists them now. A prepare has them from creating the instance;
+// a spec written again from a record (a wiped CDI directory, a driver change) asks here. A
+// mode it cannot learn is left to the runtime, which then creates the node with its default.
+func (d *Driver) withMIGModes(ctx context.Context, rec *checkpoint.Claim) *checkpoint.Claim {
+	missing := false
+	for _, pd := range rec.Devices {
+		for _, n := range pd.Nodes {
+			missing = missing || (pd.MIG != nil && n.FileMode == 0)
+		}
+	}
+	if !missing || d.opts.MIG == nil {
+		return rec
+	}
+	list, _, err := d.listMIG(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot read the modes of MIG caps nodes; the runtime's default applies", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
+
+	out := *rec
+	out.Devices = stdslices.Clone(rec.Devices)
+	for i := range out.Devices {
+		pd := &out.Devices[i]
+		if pd.MIG == nil {
+			continue
+		}
+		pd.Nodes = stdslices.Clone(pd.Nodes)
+		for _, in := range list {
+			if !recordedAs(pd, in) {
+				continue
+			}
+			for j := range pd.Nodes {
+				for _, live := range in.CapNodes {
+					if pd.Nodes[j].FileMode == 0 && pd.Nodes[j].Same(live) {
+						pd.Nodes[j].FileMode = live.FileMode
+					}
+				}
+			}
+		}
+	}
+	return &out
+}
+
 // specDevice is the device a claim's CDI spec gets for pd: the inventory's, or for a
 // dynamic-MIG device the MIG device its preparation created.
 func specDevice(dev *device.Device, pd *checkpoint.PreparedDevice) device.Device {

@@ -42,10 +42,15 @@ type migEnv struct {
 	lost []int
 	// wrap, if set, stands between the driver and the mock's partitioner.
 	wrap func(device.Partitioner) device.Partitioner
+	// profile is the mock profile; empty: mig-mixed.
+	profile string
 }
 
-func newMIGEnv(t *testing.T) *migEnv {
-	e := &migEnv{env: &env{t: t, dir: t.TempDir(), boot: bootA}}
+func newMIGEnv(t *testing.T) *migEnv { return startMIGEnv(t, "", false) }
+
+// startMIGEnv starts a plugin over a mock of profile (empty: mig-mixed), static or dynamic MIG.
+func startMIGEnv(t *testing.T, profile string, static bool) *migEnv {
+	e := &migEnv{env: &env{t: t, dir: t.TempDir(), boot: bootA}, static: static, profile: profile}
 	e.env.ctx = t.Context()
 	e.restart()
 	return e
@@ -75,7 +80,11 @@ func (e *migEnv) restart() *ReconcileReport {
 
 func (e *migEnv) start2() (*ReconcileReport, error) {
 	e.t.Helper()
-	s, err := nvmlmock.NewServer("mig-mixed", nodeName)
+	profile := e.profile
+	if profile == "" {
+		profile = "mig-mixed"
+	}
+	s, err := nvmlmock.NewServer(profile, nodeName)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -452,9 +461,7 @@ func TestDynamicMIGRetryAfterAbandon(t *testing.T) {
 // destroys the operator's other MIG instances but never the one a claim holds, and refuses the
 // claim's device (it is no longer published as it was) rather than losing it.
 func TestStaticMIGThenDynamic(t *testing.T) {
-	e := &migEnv{env: &env{t: t, dir: t.TempDir(), boot: bootA}, static: true}
-	e.env.ctx = t.Context()
-	e.restart()
+	e := startMIGEnv(t, "", true)
 	if r := e.prepare(claim("s", []result{{Device: "gpu-0-mig-3g20gb-4"}})); r.Err != nil {
 		t.Fatal(r.Err)
 	}

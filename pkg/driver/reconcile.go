@@ -153,7 +153,7 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 			continue
 		}
 		if !d.opts.CDI.Exists(c.UID) {
-			if err := d.writeSpec(&c); err != nil {
+			if err := d.writeSpec(ctx, &c); err != nil {
 				// The claim stays recorded so its unprepare still cleans up; the kubelet's next
 				// prepare of it retries the spec.
 				logger.Error(err, "Cannot re-create CDI spec", "claim", ref)

@@ -12,6 +12,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/bootid"
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/health"
@@ -50,6 +51,9 @@ type Options struct {
 	NVIDIADriverRoot     string
 	NVIDIAHostDriverRoot string
 	NVIDIACDIHookPath    string
+	// NVIDIAProcRoot is where this process sees the host's /proc, for the MIG devices'
+	// /dev/nvidia-caps nodes (docs/mig.md).
+	NVIDIAProcRoot       string
 	AscendDriverRoot     string
 	AscendHostDriverRoot string
 	AscendDriverPaths    []string
@@ -93,6 +97,7 @@ func NewOptions() *Options {
 		PodUID:            os.Getenv("POD_UID"),
 		NVIDIADriverRoot:  "/",
 		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
+		NVIDIAProcRoot:    nvmlbackend.DefaultProcRoot,
 		AscendDriverRoot:  "/",
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
 		DriverCheckInterval: 30 * time.Second,
@@ -124,6 +129,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.NVIDIADriverRoot, "nvidia-driver-root", o.NVIDIADriverRoot, "Root of the NVIDIA driver installation as this process sees it (the host's / mounted into the container, or the GPU operator's driver root); its libraries, binaries and firmware go into every GPU container's CDI spec. Empty: GPU containers get device nodes only. The mock backend generates its own.")
 	fs.StringVar(&o.NVIDIAHostDriverRoot, "nvidia-host-driver-root", o.NVIDIAHostDriverRoot, "The same tree as --nvidia-driver-root as the container runtime on the host sees it (default: the same path).")
 	fs.StringVar(&o.NVIDIACDIHookPath, "nvidia-cdi-hook-path", o.NVIDIACDIHookPath, "Path on the host of the NVIDIA container toolkit's nvidia-cdi-hook, which the CDI specs' hooks run.")
+	fs.StringVar(&o.NVIDIAProcRoot, "nvidia-proc-root", o.NVIDIAProcRoot, "Where this process sees the host's /proc: the nvml backend reads devices (the nvidia-caps major) and driver/nvidia/capabilities (each MIG instance's caps node minor and mode) under it, and puts the /dev/nvidia-caps nodes in MIG devices' CDI specs fully specified, for the runtime to create. The container's own /proc serves unless the runtime masks /proc/driver/nvidia; then mount the host's /proc elsewhere. The mock backend has its own.")
 	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
 	fs.StringVar(&o.AscendHostDriverRoot, "ascend-host-driver-root", o.AscendHostDriverRoot, "The same tree as --ascend-driver-root as the container runtime on the host sees it (default: the same path).")
 	fs.StringSliceVar(&o.AscendDriverPaths, "ascend-extra-driver-paths", o.AscendDriverPaths, "Absolute paths under --ascend-driver-root to mount into NPU containers besides the default list (see docs/cdi.md); missing ones are skipped.")

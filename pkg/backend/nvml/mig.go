@@ -1,31 +1,17 @@
 package nvml
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"path"
-	"regexp"
 	"sort"
-	"strconv"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
-
-// DefaultCapabilitiesDir is where the NVIDIA driver lists the capabilities (MIG instances among
-// them) whose /dev/nvidia-caps nodes a container needs.
-const DefaultCapabilitiesDir = "/proc/driver/nvidia/capabilities"
-
-// WithCapabilities sets the driver's capabilities directory (DefaultCapabilitiesDir on a real
-// node), from which the /dev/nvidia-caps nodes of MIG instances are read. Without it a GPU in
-// MIG mode with MIG devices cannot be enumerated.
-func WithCapabilities(fsys fs.FS) Option { return func(b *Backend) { b.caps = fsys } }
 
 var _ device.Partitioner = (*Backend)(nil)
 
@@ -241,49 +227,6 @@ func migUUIDs(h nvml.Device, i int) (map[[2]int]string, error) {
 		out[[2]int{gi, ci}] = uuid
 	}
 	return out, nil
-}
-
-var capMinorLine = regexp.MustCompile(`^DeviceFileMinor:\s*([0-9]+)\s*$`)
-
-// capNode is the /dev/nvidia-caps node of the capability whose access file is at rel under
-// the capabilities directory ("gpu0/mig/gi3/access").
-func (b *Backend) capNode(rel string) (device.Node, error) {
-	if b.caps == nil {
-		return device.Node{}, fmt.Errorf("MIG capability %s: no NVIDIA capabilities directory configured", rel)
-	}
-	f, err := b.caps.Open(rel)
-	if err != nil {
-		return device.Node{}, fmt.Errorf("MIG capability: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if m := capMinorLine.FindStringSubmatch(sc.Text()); m != nil {
-			minor, err := strconv.Atoi(m[1])
-			if err != nil {
-				return device.Node{}, fmt.Errorf("MIG capability %s: %w", rel, err)
-			}
-			return b.node(fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return device.Node{}, fmt.Errorf("MIG capability %s: %w", rel, err)
-	}
-	return device.Node{}, fmt.Errorf("MIG capability %s: no DeviceFileMinor line", rel)
-}
-
-// capNodes are the GI and CI access nodes of a MIG device of the GPU with minor gpuMinor.
-func (b *Backend) capNodes(gpuMinor, gi, ci int) ([]device.Node, error) {
-	dir := path.Join(fmt.Sprintf("gpu%d", gpuMinor), "mig", fmt.Sprintf("gi%d", gi))
-	giNode, err := b.capNode(path.Join(dir, "access"))
-	if err != nil {
-		return nil, err
-	}
-	ciNode, err := b.capNode(path.Join(dir, fmt.Sprintf("ci%d", ci), "access"))
-	if err != nil {
-		return nil, err
-	}
-	return []device.Node{giNode, ciNode}, nil
 }
 
 // StaticMIGDevices are the devices of a MIG-mode GPU's existing MIG devices: each gets the
@@ -530,6 +473,18 @@ func (b *Backend) listMIG(i int) (ins []device.MIGInstance, uuid string, err err
 	if err != nil {
 		return nil, d.UUID, err
 	}
-	ins, err = b.migInstances(h, i, &d, profiles)
-	return ins, d.UUID, err
+	if ins, err = b.migInstances(h, i, &d, profiles); err != nil {
+		return nil, d.UUID, err
+	}
+	// The caps nodes, for a spec written again from a record, which holds no modes. Best
+	// effort: a listing is for finding instances, and one whose capabilities file cannot be
+	// read is still an instance.
+	if minor, ret := h.GetMinorNumber(); ret == nvml.SUCCESS {
+		for j := range ins {
+			if ins[j].CI >= 0 {
+				ins[j].CapNodes, _ = b.capNodes(minor, ins[j].GI, ins[j].CI)
+			}
+		}
+	}
+	return ins, d.UUID, nil
 }

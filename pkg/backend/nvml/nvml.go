@@ -2,9 +2,9 @@
 // root and NUMA node through sysfs with the standard deviceattribute helpers, so that the values
 // match what every other DRA driver on the node publishes.
 //
-// The NVML library, sysfs and the stat of device nodes are all injected: the real backend gets
-// libnvidia-ml, /sys and /dev; the mock backend (pkg/backend/nvmlmock) gets go-nvml's function
-// mocks, an in-memory sysfs and fixed device numbers, and runs this same code.
+// The NVML library, sysfs, /proc and the stat of device nodes are all injected: the real backend
+// gets libnvidia-ml, /sys, /proc and /dev; the mock backend (pkg/backend/nvmlmock) gets go-nvml's
+// function mocks, an in-memory sysfs and /proc and fixed device numbers, and runs this same code.
 package nvml
 
 import (
@@ -57,8 +57,8 @@ type Backend struct {
 	sysfs   fs.ReadLinkFS
 	devRoot string
 	stat    StatFunc
-	// caps is the NVIDIA driver's capabilities directory (mig.go).
-	caps fs.FS
+	// proc is the host's /proc, for the MIG devices' caps nodes (caps.go).
+	proc fs.FS
 
 	// mu serialises NVML use: Init/Shutdown pair up once, and Enumerate may be called from more
 	// than one goroutine.

@@ -23,7 +23,7 @@ func NewFromSystem(ctx context.Context, sysRoot, devRoot string, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithCapabilities(os.DirFS(DefaultCapabilitiesDir))}, opts...)
+	opts = append([]Option{WithProc(os.DirFS(DefaultProcRoot))}, opts...)
 	b := New(lib, sysfs, devRoot, opts...)
 	b.mu.Lock()
 	defer b.mu.Unlock()

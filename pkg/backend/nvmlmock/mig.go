@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"syscall"
-	"testing/fstest"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -24,10 +22,6 @@ import (
 // in a migState which, when the server has a state file (WithStateDir), is read before and
 // written after every NVML call, so that instances created or destroyed by one plugin process
 // are what the next one finds, as on a real GPU, where they outlive the plugin.
-
-// nvidiaCapsMajor is the major of /dev/nvidia-caps/nvidia-cap<N>, allocated dynamically by the
-// kernel on real hosts; 509 is a typical value.
-const nvidiaCapsMajor = 509
 
 // StateFileName is the file in the state directory holding the mock's MIG instances.
 const StateFileName = "nvml-mig-state.json"
@@ -620,54 +614,6 @@ func (s *Server) migDevice(parent *mock.Device, i int, gi migGI, ci migCI) *mock
 		return nvml.Memory{Total: b, Free: b}, nvml.SUCCESS
 	}
 	return m
-}
-
-// CapMinor is the nvidia-caps minor of a GPU instance (ci < 0) or compute instance of the GPU
-// with the given minor, as the mock's /proc/driver/nvidia/capabilities reports it. The real
-// driver numbers them by a formula of its own; the mock's is unique per GPU, GI and CI, which is
-// all a consumer may rely on. Minors 1 and 2 are mig/config and mig/monitor.
-func CapMinor(gpuMinor, gi, ci int) int {
-	base := 3 + gpuMinor*15*9 + gi*9
-	if ci < 0 {
-		return base
-	}
-	return base + 1 + ci
-}
-
-// CapabilitiesFS is the mock machine's /proc/driver/nvidia/capabilities: mig/config and
-// mig/monitor, and an access file per GPU and compute instance that exists now, each naming
-// the minor of its /dev/nvidia-caps node as the driver does ("DeviceFileMinor: N").
-func (s *Server) CapabilitiesFS() fs.FS { return capsFS{s} }
-
-type capsFS struct{ s *Server }
-
-func (c capsFS) Open(name string) (fs.File, error) {
-	m := fstest.MapFS{}
-	file := func(p string, minor int) {
-		m[p] = &fstest.MapFile{Data: fmt.Appendf(nil, "DeviceFileMinor: %d\nDeviceFileMode: 256\nDeviceFileModify: 1\n", minor), Mode: 0o444}
-	}
-	file("mig/config", 1)
-	file("mig/monitor", 2)
-	if err := c.s.withMIG(func(st *migState) bool {
-		for i := range c.s.profile.gpus {
-			mg := c.s.gpuState(st, i)
-			if mg == nil {
-				continue
-			}
-			minor := c.s.profile.minor(i)
-			for _, gi := range mg.GIs {
-				dir := path.Join(fmt.Sprintf("gpu%d", minor), "mig", fmt.Sprintf("gi%d", gi.ID))
-				file(path.Join(dir, "access"), CapMinor(minor, gi.ID, -1))
-				for _, ci := range gi.CIs {
-					file(path.Join(dir, fmt.Sprintf("ci%d", ci.ID), "access"), CapMinor(minor, gi.ID, ci.ID))
-				}
-			}
-		}
-		return false
-	}); err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	return m.Open(name)
 }
 
 // Instances lists the mock's MIG instances as "gpu<minor>/gi<id>/<profile index>@<start>"

@@ -68,7 +68,7 @@ func TestMIGMixedEnumeration(t *testing.T) {
 			t.Fatalf("%s: nodes %+v, want /dev/nvidia0 and two caps nodes", d.Name, d.Nodes)
 		}
 		in := d.MIG.Instance
-		if got, want := d.Nodes[1], (device.Node{Path: "/dev/nvidia-caps/nvidia-cap" + itoa(CapMinor(0, in.GI, -1)), Type: "c", Major: nvidiaCapsMajor, Minor: int64(CapMinor(0, in.GI, -1))}); got != want {
+		if got, want := d.Nodes[1], (device.Node{Path: "/dev/nvidia-caps/nvidia-cap" + itoa(CapMinor(0, in.GI, -1)), Type: "c", Major: CapsMajor, Minor: int64(CapMinor(0, in.GI, -1)), FileMode: 0o444}); got != want {
 			t.Errorf("%s: GI caps node %+v, want %+v", d.Name, got, want)
 		}
 		if got := d.Nodes[2].Minor; got != int64(CapMinor(0, in.GI, in.CI)) {
@@ -181,7 +181,7 @@ func TestMIGCreateDestroyPersists(t *testing.T) {
 	if in2.UUID == in.UUID {
 		t.Errorf("re-created MIG device kept UUID %s", in.UUID)
 	}
-	if _, err := fs.Stat(s1.CapabilitiesFS(), "gpu1/mig/gi"+itoa(gi2)+"/ci0/access"); err != nil {
+	if _, err := fs.Stat(s1.ProcFS(), CapabilitiesDir+"/gpu1/mig/gi"+itoa(gi2)+"/ci0/access"); err != nil {
 		t.Errorf("capabilities entry of the new instance: %v", err)
 	}
 }

@@ -94,9 +94,10 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 	return s, nil
 }
 
-// Backend returns the real NVML backend wired to this mock machine.
-func (s *Server) Backend() *nvmlbackend.Backend {
-	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", nvmlbackend.WithStat(s.Stat), nvmlbackend.WithCapabilities(s.CapabilitiesFS()))
+// Backend returns the real NVML backend wired to this mock machine; opts (a test's own stat,
+// for one) apply after the mock's.
+func (s *Server) Backend(opts ...nvmlbackend.Option) *nvmlbackend.Backend {
+	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", append([]nvmlbackend.Option{nvmlbackend.WithStat(s.Stat), nvmlbackend.WithProc(s.ProcFS())}, opts...)...)
 }
 
 // UseStateDir keeps the machine's MIG state in dir (see WithStateDir).
@@ -170,14 +171,11 @@ func (b *overrideBackend) Enumerate(ctx context.Context) (*device.Inventory, err
 	return inv, nil
 }
 
-var (
-	deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
-	capNode    = regexp.MustCompile(`^nvidia-cap(0|[1-9][0-9]*)$`)
-)
+var deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
 
-// Stat is the nvml.StatFunc of the mock machine: it answers for the machine's device nodes
-// (by base name, wherever the dev root is) with the numbers the NVIDIA driver uses, and
-// fs.ErrNotExist for anything else.
+// Stat is the nvml.StatFunc of the mock machine: it answers for the device nodes the driver
+// creates at load (by base name, wherever the dev root is) with the numbers the NVIDIA driver
+// uses, and fs.ErrNotExist for anything else, /dev/nvidia-caps among it (see ProcFS).
 func (s *Server) Stat(p string) (string, int64, int64, error) {
 	name := path.Base(p)
 	switch name {
@@ -190,12 +188,6 @@ func (s *Server) Stat(p string) (string, int64, int64, error) {
 	case "nvidia-modeset":
 		if s.profile.modeset {
 			return "c", nvidiaMajor, nvidiaModesetMin, nil
-		}
-	}
-	if m := capNode.FindStringSubmatch(name); m != nil && path.Base(path.Dir(p)) == "nvidia-caps" {
-		// nvidia-modprobe creates the caps nodes the driver lists; the mock has them all.
-		if minor, err := strconv.Atoi(m[1]); err == nil {
-			return "c", nvidiaCapsMajor, int64(minor), nil
 		}
 	}
 	if m := deviceNode.FindStringSubmatch(name); m != nil {

@@ -3,7 +3,9 @@
 package devnode
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -63,4 +65,38 @@ func ParseDev(s string) (major, minor int64, err error) {
 		return 0, 0, fmt.Errorf("invalid minor number in dev value %q", s)
 	}
 	return major, minor, nil
+}
+
+// CharMajor returns the major number /proc/devices (read from r) gives the character-device
+// driver name: the one a driver that allocates its major dynamically (nvidia-caps, nvidia-uvm)
+// got at load. Only the "Character devices:" section counts, and the name must match whole
+// (nvidia-caps is not nvidia-caps-imex-channels).
+func CharMajor(r io.Reader, name string) (int64, error) {
+	sc := bufio.NewScanner(r)
+	inChar := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "":
+			continue
+		case strings.HasSuffix(line, "devices:"):
+			inChar = line == "Character devices:"
+			continue
+		case !inChar:
+			continue
+		}
+		num, dev, ok := strings.Cut(line, " ")
+		if !ok || strings.TrimSpace(dev) != name {
+			continue
+		}
+		major, err := strconv.ParseInt(num, 10, 32)
+		if err != nil || major <= 0 {
+			return 0, fmt.Errorf("invalid major %q of %s in /proc/devices", num, name)
+		}
+		return major, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading /proc/devices: %w", err)
+	}
+	return 0, fmt.Errorf("no character device %s in /proc/devices", name)
 }

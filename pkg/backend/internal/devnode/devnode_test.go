@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -63,6 +64,51 @@ func TestParseDev(t *testing.T) {
 			}
 			if major != tc.major || minor != tc.minor {
 				t.Errorf("ParseDev(%q) = %d:%d, want %d:%d", tc.in, major, minor, tc.major, tc.minor)
+			}
+		})
+	}
+}
+
+func TestCharMajor(t *testing.T) {
+	const procDevices = `Character devices:
+  1 mem
+  4 /dev/vc/0
+ 10 misc
+195 nvidia
+508 nvidia-uvm
+509 nvidia-caps
+510 nvidia-caps-imex-channels
+
+Block devices:
+  8 sd
+259 blkext
+`
+	tests := map[string]struct {
+		in, name string
+		want     int64
+		wantErr  string
+	}{
+		"dynamic major":          {in: procDevices, name: "nvidia-caps", want: 509},
+		"longer name is another": {in: procDevices, name: "nvidia-caps-imex-channels", want: 510},
+		"static major":           {in: procDevices, name: "nvidia", want: 195},
+		"block device only":      {in: procDevices, name: "sd", wantErr: "no character device sd"},
+		"prefix is not a name":   {in: procDevices, name: "nvidia-ca", wantErr: "no character device nvidia-ca"},
+		"driver not loaded":      {in: "Character devices:\n  1 mem\n", name: "nvidia-caps", wantErr: "no character device nvidia-caps"},
+		"empty":                  {in: "", name: "nvidia-caps", wantErr: "no character device nvidia-caps"},
+		"bad major":              {in: "Character devices:\nx nvidia-caps\n", name: "nvidia-caps", wantErr: `invalid major "x" of nvidia-caps`},
+		"zero major":             {in: "Character devices:\n  0 nvidia-caps\n", name: "nvidia-caps", wantErr: `invalid major "0"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := CharMajor(strings.NewReader(tc.in), tc.name)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("CharMajor = %d, %v; want error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("CharMajor = %d, %v; want %d", got, err, tc.want)
 			}
 		})
 	}
