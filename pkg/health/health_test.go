@@ -70,11 +70,11 @@ func TestParseEffects(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\n"))
+	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\nxid 94 none\necc reboot\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801"}
+	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801", "xid 94 none", "ecc reboot"}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -83,7 +83,10 @@ func TestParseFaults(t *testing.T) {
 			t.Errorf("fault %d = %q, want %q", i, got[i], want[i])
 		}
 	}
-	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz"} {
+	if got[4].Action != "none" || got[4].Event() != (InjectedFault{Kind: FaultXID, Code: "94"}) {
+		t.Errorf("xid with action parsed as %+v", got[4])
+	}
+	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz", "xid 48 later", "lost reset", "fault 0x1 none", "xid 48 none extra"} {
 		if _, err := ParseFaults([]byte(bad)); err == nil {
 			t.Errorf("ParseFaults(%q) succeeded", bad)
 		}

@@ -111,9 +111,10 @@ func (s *Server) UseStateDir(dir string) {
 type Option func(*options)
 
 type options struct {
-	driverVersions map[int]string
-	faultDir       string
-	stateDir       string
+	driverVersions   map[int]string
+	faultDir         string
+	noRecoveryAction bool
+	stateDir         string
 }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
@@ -144,7 +145,7 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 		s.UseStateDir(o.stateDir)
 	}
 	if o.faultDir != "" {
-		s.injectFaults(o.faultDir)
+		s.injectFaults(o.faultDir, o.noRecoveryAction)
 	}
 	if len(o.driverVersions) == 0 {
 		return s.Backend(), nil
