@@ -51,9 +51,10 @@ var xidNoReset = map[uint64]bool{
 func XIDNeedsReset(xid uint64) bool { return !xidNoReset[xid] }
 
 // DefaultIgnoredXIDs are application errors: the XID reports a fault of the program that ran on
-// the GPU, and the GPU itself is fine. The list is NVIDIA's device plugin's default
-// (applicationErrorXids): 13, 31, 43, 45, 68.
-var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68}
+// the GPU, and the GPU itself is fine. The list is the one NVIDIA's device plugin
+// (internal/rm/health.go) and DRA driver (xidsToSkip) ignore: 13, 31, 43, 45, 68 and 109
+// (Context Switch Timeout, which a program that hogs the GPU causes).
+var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
 
 // Classifier decides what an XID means for the device.
 type Classifier struct {
