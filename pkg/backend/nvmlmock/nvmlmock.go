@@ -58,6 +58,8 @@ type Server struct {
 	migMu     sync.Mutex
 	migState  *migState
 	stateFile string
+
+	dev *devNodes
 }
 
 // NewServer builds the mock machine of a profile for a node.
@@ -73,7 +75,8 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 	if uuidProfile == "" {
 		uuidProfile = profileName
 	}
-	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile}
+	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile,
+		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset}}
 	for i, g := range p.gpus {
 		minor := p.minor(i)
 		board := minor
@@ -115,6 +118,7 @@ type options struct {
 	faultDir         string
 	noRecoveryAction bool
 	stateDir         string
+	uvm              *UVMState
 }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
@@ -143,6 +147,9 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	}
 	if o.stateDir != "" {
 		s.UseStateDir(o.stateDir)
+	}
+	if o.uvm != nil {
+		s.SetUVM(*o.uvm)
 	}
 	if o.faultDir != "" {
 		s.injectFaults(o.faultDir, o.noRecoveryAction)
@@ -175,37 +182,6 @@ var (
 	deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
 	capNode    = regexp.MustCompile(`^nvidia-cap(0|[1-9][0-9]*)$`)
 )
-
-// Stat is the nvml.StatFunc of the mock machine: it answers for the machine's device nodes
-// (by base name, wherever the dev root is) with the numbers the NVIDIA driver uses, and
-// fs.ErrNotExist for anything else.
-func (s *Server) Stat(p string) (string, int64, int64, error) {
-	name := path.Base(p)
-	switch name {
-	case "nvidiactl":
-		return "c", nvidiaMajor, nvidiaCtlMinor, nil
-	case "nvidia-uvm":
-		return "c", uvmMajor, 0, nil
-	case "nvidia-uvm-tools":
-		return "c", uvmMajor, 1, nil
-	case "nvidia-modeset":
-		if s.profile.modeset {
-			return "c", nvidiaMajor, nvidiaModesetMin, nil
-		}
-	}
-	if m := capNode.FindStringSubmatch(name); m != nil && path.Base(path.Dir(p)) == "nvidia-caps" {
-		// nvidia-modprobe creates the caps nodes the driver lists; the mock has them all.
-		if minor, err := strconv.Atoi(m[1]); err == nil {
-			return "c", nvidiaCapsMajor, int64(minor), nil
-		}
-	}
-	if m := deviceNode.FindStringSubmatch(name); m != nil {
-		if minor, err := strconv.Atoi(m[1]); err == nil && minor < len(s.Devices) {
-			return "c", nvidiaMajor, int64(minor), nil
-		}
-	}
-	return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
-}
 
 // nvmlBusID is NVML's spelling of a bus ID: 8-digit domain, upper-case hex.
 func nvmlBusID(busID string) string { return strings.ToUpper("0000" + busID) }
