@@ -803,9 +803,13 @@ func (d *Driver) writeSpec(rec *checkpoint.Claim) error {
 		}
 		requests[i].Devices = append(requests[i].Devices, specDevice(dev, &pd))
 	}
+	control, err := d.controlNodes()
+	if err != nil {
+		return fmt.Errorf("CDI spec: control device nodes: %w", err)
+	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: d.edits.Load(),
-		Control: d.opts.Inventory.ControlNodes, Env: rec.Env, Mounts: d.sharingMounts(rec),
+		Control: control, Env: rec.Env, Mounts: d.sharingMounts(rec),
 	})
 	if err != nil {
 		return fmt.Errorf("CDI spec: %w", err)

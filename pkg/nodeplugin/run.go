@@ -200,11 +200,11 @@ func Run(ctx context.Context, o *Options) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	if o.DriverCheckInterval > 0 && src.root != "" {
+	if o.DriverCheckInterval > 0 && (src.root != "" || inv.ResolveControlNodes != nil) {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			newDriverWatch(src, drv, common).run(ctx, o.DriverCheckInterval)
+			newDriverWatch(src, drv, common, inv.ResolveControlNodes).run(ctx, o.DriverCheckInterval)
 		}()
 		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
 		defer func() { <-watched }()

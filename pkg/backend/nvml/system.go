@@ -23,7 +23,7 @@ func NewFromSystem(ctx context.Context, sysRoot, devRoot string, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithCapabilities(os.DirFS(DefaultCapabilitiesDir))}, opts...)
+	opts = append([]Option{WithCapabilities(os.DirFS(DefaultCapabilitiesDir)), WithProcDevices(ReadProcDevices)}, opts...)
 	b := New(lib, sysfs, devRoot, opts...)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -99,7 +99,10 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 
 // Backend returns the real NVML backend wired to this mock machine.
 func (s *Server) Backend() *nvmlbackend.Backend {
-	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", nvmlbackend.WithStat(s.Stat), nvmlbackend.WithCapabilities(s.CapabilitiesFS()))
+	// The machine's /dev and /proc/devices, not the Server: what the backend keeps to look at
+	// control nodes again after it is closed does not hold the machine.
+	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", nvmlbackend.WithStat(s.dev.stat),
+		nvmlbackend.WithProcDevices(s.dev.procDevices), nvmlbackend.WithCapabilities(s.CapabilitiesFS()))
 }
 
 // UseStateDir keeps the machine's MIG state in dir (see WithStateDir).
