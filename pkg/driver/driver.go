@@ -53,6 +53,9 @@ type Options struct {
 	Metrics     *metrics.Plugin
 	// Kube is used at start-up to drop claims that no longer exist; nil skips that step.
 	Kube kubernetes.Interface
+	// ReconcileAPITimeout bounds those start-up questions to the API server together
+	// (default DefaultReconcileAPITimeout); the claims not checked by then are kept.
+	ReconcileAPITimeout time.Duration
 	// Events receives warnings about devices left out of the slices; may be nil.
 	Events EventSink
 	// MIG creates and destroys MIG instances for dynamic-MIG devices (mig.go); nil when
