@@ -146,16 +146,8 @@ func TestDriverChange(t *testing.T) {
 			}
 			mounts := func(uid string) []string {
 				t.Helper()
-				data, err := os.ReadFile(writer.Path(uid))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var spec specs.Spec
-				if err := json.Unmarshal(data, &spec); err != nil {
-					t.Fatal(err)
-				}
 				var out []string
-				for _, m := range spec.ContainerEdits.Mounts {
+				for _, m := range readSpec(t, writer, uid).ContainerEdits.Mounts {
 					out = append(out, m.ContainerPath)
 				}
 				return out
@@ -261,16 +253,8 @@ func TestControlNodesRewritten(t *testing.T) {
 	}
 	nodes := func(uid string) []string {
 		t.Helper()
-		data, err := os.ReadFile(writer.Path(uid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var spec specs.Spec
-		if err := json.Unmarshal(data, &spec); err != nil {
-			t.Fatal(err)
-		}
 		var out []string
-		for _, n := range spec.ContainerEdits.DeviceNodes {
+		for _, n := range readSpec(t, writer, uid).ContainerEdits.DeviceNodes {
 			out = append(out, n.Path)
 		}
 		return out
@@ -310,4 +294,18 @@ type countingSink struct {
 func (s *countingSink) SetCommonEdits(ctx context.Context, e *specs.ContainerEdits) (int, error) {
 	s.calls++
 	return s.EditsSink.SetCommonEdits(ctx, e)
+}
+
+// readSpec reads the CDI spec of a claim as the runtime would.
+func readSpec(t *testing.T, w *cdi.Writer, uid string) specs.Spec {
+	t.Helper()
+	data, err := os.ReadFile(w.Path(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/health/healthtest"
 	"github.com/accel-dra/accel-dra/pkg/mig"
@@ -31,18 +32,25 @@ func TestHealthQuickReset(t *testing.T) {
 	testHealthFromFaultFiles(t, 2*time.Second, true)
 }
 
+// enumerated returns the real backend over a mock machine and its inventory.
+func enumerated(t *testing.T, profile string, opts ...Option) (device.Backend, *device.Inventory) {
+	t.Helper()
+	be, err := New(profile, "node-a", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := be.Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be, inv
+}
+
 func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	dir := t.TempDir()
-	be, err := New("h100-8x-2numa", "node-a", WithFaultDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be, inv := enumerated(t, "h100-8x-2numa", WithFaultDir(dir))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inv, err := be.Enumerate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr, done := healthtest.Watch(ctx, t, be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: poll}), inv.Devices)
 	expect := func(what, dev string, want health.State, cause health.Cause, msg string) {
 		t.Helper()
@@ -122,17 +130,11 @@ func TestHealthOfMIGDevices(t *testing.T) {
 	for _, dynamic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("dynamic=%v", dynamic), func(t *testing.T) {
 			dir := t.TempDir()
-			be, err := New("mig-mixed", "node-a", WithFaultDir(dir), WithStateDir(t.TempDir()))
-			if err != nil {
-				t.Fatal(err)
-			}
+			be, inv := enumerated(t, "mig-mixed", WithFaultDir(dir), WithStateDir(t.TempDir()))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			inv, err := be.Enumerate(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			if dynamic {
+				var err error
 				if inv, err = mig.Dynamic(inv); err != nil {
 					t.Fatal(err)
 				}
@@ -248,16 +250,9 @@ func TestXIDRecoveryRule(t *testing.T) {
 			if tc.oldDriver {
 				opts = append(opts, WithoutRecoveryAction())
 			}
-			be, err := New("h100-8x-2numa", "node-a", opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			be, inv := enumerated(t, "h100-8x-2numa", opts...)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			inv, err := be.Enumerate(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			uuids := map[string]string{}
 			for _, d := range inv.Devices {
 				uuids[d.Name] = d.UUID
