@@ -33,7 +33,7 @@ var driverLibraries = []struct {
 	{"libnvidia-nvvm.so", false},
 	{"libnvidia-opencl.so", false},
 	{"libnvidia-ptxjitcompiler.so", false},
-	// Drivers since R550 ship the sandbox utilities, which the toolkit's generator would load
+	// Recent drivers ship the sandbox utilities, which the toolkit's generator would load
 	// (dlopen) to describe devices unless told not to (pkg/cdi/nvidia).
 	{"libnvidia-sandboxutils.so", false},
 }

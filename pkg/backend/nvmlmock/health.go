@@ -26,7 +26,7 @@ func WithFaultDir(dir string) Option {
 }
 
 // WithoutRecoveryAction makes the mock machine's driver one from before the GPU recovery action
-// field: FI_DEV_GET_GPU_RECOVERY_ACTION answers NOT_SUPPORTED, as on drivers before R550.
+// field: FI_DEV_GET_GPU_RECOVERY_ACTION answers NOT_SUPPORTED, as older drivers do.
 func WithoutRecoveryAction() Option {
 	return func(o *options) { o.noRecoveryAction = true }
 }

@@ -157,7 +157,7 @@ func BenchmarkCommonEdits(b *testing.B) {
 }
 
 // TestCommonEditsLeaveSandboxUtilsAlone: the driver root has libnvidia-sandboxutils (as every
-// driver since R550 has), and the generator neither locates nor loads it. Loading it would
+// recent driver has), and the generator neither locates nor loads it. Loading it would
 // dlopen a driver library into the plugin's process at start-up and on every driver change, for
 // per-device answers the plugin does not use (the backend owns the device nodes); NVIDIA's DRA
 // driver turns it off the same way. What the toolkit does is seen in what it logs: it names
