@@ -17,8 +17,8 @@ func TestHealthValues(t *testing.T) {
 		wantXIDs    []uint
 		wantEffects map[string]string
 	}{
-		"defaults": {wantEnabled: true, wantXIDs: []uint{13, 31, 43, 45, 68}, wantEffects: map[string]string{}},
-		"disabled": {health: map[string]any{"enabled": false}, wantEnabled: false, wantXIDs: []uint{13, 31, 43, 45, 68}, wantEffects: map[string]string{}},
+		"defaults": {wantEnabled: true, wantXIDs: []uint{13, 31, 43, 45, 68, 109}, wantEffects: map[string]string{}},
+		"disabled": {health: map[string]any{"enabled": false}, wantEnabled: false, wantXIDs: []uint{13, 31, 43, 45, 68, 109}, wantEffects: map[string]string{}},
 		"configured": {health: map[string]any{"ignoredXIDs": []any{13, 109}, "taintEffects": map[string]any{"lost": "NoExecute", "xid": "None"}},
 			wantEnabled: true, wantXIDs: []uint{13, 109}, wantEffects: map[string]string{"lost": "NoExecute", "xid": "None"}},
 	}

@@ -192,7 +192,9 @@ func (e *env) testRestart(t *testing.T) {
 	e.template(t, "gpu-6-only", "gpu-6")
 	e.createPod(t, "survivor", "gpu-6-only")
 	e.waitPodHealth(t, "survivor", "Healthy", "")
-	e.inject(t, "gpu-6", "xid 94\n")
+	// XID 94 (a contained ECC error) asks for no reset by NVIDIA's catalogue, so the GPU mock
+	// is told the driver's recovery action: the fault then lasts until the file goes.
+	e.inject(t, "gpu-6", "xid 94 reset\n")
 	before := e.waitTaint(t, "gpu-6", xidKey, true)
 	e.waitPodHealth(t, "survivor", "Unhealthy", "XID 94")
 
@@ -232,7 +234,7 @@ func (e *env) testRestart(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	// The stream carries new observations.
-	e.inject(t, "gpu-6", "xid 94\necc\n")
+	e.inject(t, "gpu-6", "xid 94 reset\necc\n")
 	e.waitTaint(t, "gpu-6", eccKey, true)
 	e.waitPodHealth(t, "survivor", "Unhealthy", "ECC")
 	time.Sleep(35 * time.Second)

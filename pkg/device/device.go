@@ -139,8 +139,13 @@ type Inventory struct {
 	// Devices.
 	Failed []Failed `json:"failed,omitempty"`
 	// ControlNodes are the special files every container with at least one device needs
-	// (nvidiactl, nvidia-uvm..., davinci_manager, devmm_svm, hisi_hdc).
+	// (nvidiactl, nvidia-uvm..., davinci_manager, devmm_svm, hisi_hdc), as enumeration found
+	// them.
 	ControlNodes []Node `json:"controlNodes"`
+	// ResolveControlNodes, if set, looks the control nodes up again: they can appear after
+	// enumeration (CUDA loads nvidia-uvm on first use), so a CDI spec is written with what it
+	// answers then. It needs no open backend, and may be called concurrently.
+	ResolveControlNodes func() ([]Node, error) `json:"-"`
 	// MIGParents are the GPUs in MIG mode; they are not in Devices, their existing MIG
 	// devices are.
 	MIGParents []MIGParent `json:"migParents,omitempty"`

@@ -53,6 +53,9 @@ type Options struct {
 	Metrics     *metrics.Plugin
 	// Kube is used at start-up to drop claims that no longer exist; nil skips that step.
 	Kube kubernetes.Interface
+	// ReconcileAPITimeout bounds those start-up questions to the API server together
+	// (default DefaultReconcileAPITimeout); the claims not checked by then are kept.
+	ReconcileAPITimeout time.Duration
 	// Events receives warnings about devices left out of the slices; may be nil.
 	Events EventSink
 	// MIG creates and destroys MIG instances for dynamic-MIG devices (mig.go); nil when
@@ -859,9 +862,13 @@ func (d *Driver) buildSpec(rec *checkpoint.Claim) (*specs.Spec, error) {
 		}
 		requests[i].Devices = append(requests[i].Devices, specDevice(dev, &pd))
 	}
+	control, err := d.controlNodes()
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec: control device nodes: %w", err)
+	}
 	spec, err := d.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: d.edits.Load(),
-		Control: d.opts.Inventory.ControlNodes, Env: rec.Env, Mounts: d.sharingMounts(rec),
+		Control: control, Env: rec.Env, Mounts: d.sharingMounts(rec),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec: %w", err)

@@ -95,6 +95,20 @@ func (d *Driver) RunHealth(ctx context.Context, publish func(context.Context) er
 	srcDone := make(chan struct{})
 	go func() {
 		defer close(srcDone)
+		// Transient faults (health.Event.Hold) clear by time, not by an event of the source.
+		expired := make(chan struct{})
+		go func() {
+			defer close(expired)
+			h.tracker.RunExpiry(ctx, func(tr *health.Transition, err error) {
+				if err != nil {
+					logger.Error(err, "Device health expiry")
+				}
+				if tr != nil {
+					d.reportTransition(ctx, tr)
+				}
+			})
+		}()
+		defer func() { <-expired }()
 		err := h.opts.Source.Run(ctx, func(ev health.Event) {
 			tr, _, err := h.tracker.Apply(ev)
 			if err != nil {

@@ -2,11 +2,16 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
@@ -37,7 +42,23 @@ type ReconcileReport struct {
 	// Held are claims whose records are in a format this plugin does not fully know (another
 	// version of the plugin wrote them): kept as they are, with what they name held (foreign.go).
 	Held []string
+	// Unchecked are restored claims the API server could not be asked about (it failed, or did
+	// not answer within ReconcileAPITimeout); they are kept.
+	Unchecked []string
 }
+
+// DefaultReconcileAPITimeout bounds Reconcile's questions to the API server together. The
+// plugin registers with the kubelet only after Reconcile, so an API server that does not
+// answer must not hold the node's devices back for longer; a claim it could not be asked about
+// is kept, which is safe (the kubelet unprepares it when its pod goes).
+const DefaultReconcileAPITimeout = 30 * time.Second
+
+// apiCallTimeout bounds one GET within that budget, so that a connection that hangs is given up
+// and tried again (a new connection may reach a sound API server instance).
+const apiCallTimeout = 10 * time.Second
+
+// apiBackoff spaces the retries of a GET that failed in a way that may pass.
+var apiBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 5 * time.Second}
 
 // Reconcile brings the node back to the checkpoint's truth after a start. It runs before the
 // plugin registers with the kubelet, but during a rolling update the other instance is serving,
@@ -68,14 +89,24 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 
 	// Asking the API server is slow; it is done without the lock, and a claim found gone is
 	// dropped only if its record is still the one that was checked.
+	budget := d.opts.ReconcileAPITimeout
+	if budget <= 0 {
+		budget = DefaultReconcileAPITimeout
+	}
+	apiCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	if d.opts.Kube != nil && len(kept) > 0 {
+		logger.Info("Waiting for the API server: checking whether the prepared claims still exist", "claims", len(kept), "timeout", budget)
+	}
 	for i := range kept {
 		c := &kept[i]
 		ref := klog.KRef(c.Namespace, c.Name)
-		gone, err := d.claimGone(ctx, c)
+		gone, err := d.claimGone(apiCtx, c)
 		if err != nil {
 			// The claim cannot be checked now; keeping it is safe because the kubelet will
 			// unprepare it when its pod goes.
 			logger.Error(err, "Cannot check whether claim still exists; keeping it", "claim", ref)
+			rep.Unchecked = append(rep.Unchecked, c.UID)
 		}
 		if gone {
 			dropped, err := d.dropIfUnchanged(ctx, c)
@@ -200,18 +231,47 @@ func (d *Driver) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bool
 	return true, d.forget(ctx, l, &cur)
 }
 
+// claimGone asks the API server whether c's claim is gone (or replaced by another of the same
+// name). Each GET is bounded by apiCallTimeout and retried with backoff while its failure may
+// pass (a timeout, a refused or reset connection, 429, 5xx), until ctx ends; the error then
+// names the claim and the last failure.
 func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, error) {
 	if d.opts.Kube == nil {
 		return false, nil
 	}
-	got, err := d.opts.Kube.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return true, nil
+	var gone bool
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, apiBackoff, func(ctx context.Context) (bool, error) {
+		callCtx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+		defer cancel()
+		got, err := d.opts.Kube.ResourceV1().ResourceClaims(c.Namespace).Get(callCtx, c.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			gone = true
+			return true, nil
+		case err == nil:
+			gone = string(got.UID) != c.UID
+			return true, nil
+		case transientAPIError(err):
+			last = err
+			return false, nil
+		}
+		return false, err
+	})
+	if err != nil && last != nil {
+		err = fmt.Errorf("%w (last attempt: %w)", err, last)
 	}
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("asking the API server whether claim %s/%s still exists: %w", c.Namespace, c.Name, err)
 	}
-	return string(got.UID) != c.UID, nil
+	return gone, nil
+}
+
+// transientAPIError tells whether a failed API call may succeed if tried again.
+func transientAPIError(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+		utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
 // sweepMPS stops the MPS daemons that no record counts on and removes their directories (a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,10 +16,14 @@ import (
 // FaultDir is the directory under a mock backend's directory where tests, the demo and users
 // inject faults: one file per device, named after it (gpu-3, npu-0), one fault per line:
 //
-//	xid <N>       a critical XID (GPU); an ignored XID is delivered and ignored
-//	ecc           a double-bit ECC error (GPU)
+//	xid <N> [<action>]  a critical XID (GPU); an ignored XID is delivered and ignored
+//	ecc [<action>]      a double-bit ECC error (GPU)
 //	lost          the device stops answering (GPU_IS_LOST; an NPU whose node is gone)
 //	fault <code>  an NPU fault with the Ascend error code, e.g. 0x80E01801
+//
+// <action> is the GPU recovery action the driver reports while the line stays (RecoveryActions:
+// none, reset, reboot, drain-p2p, drain-and-reset); without it, the GPU mock reports what NVIDIA's
+// XID catalogue asks for (XIDNeedsReset), and a reset for an ECC error.
 //
 // Blank lines and lines starting with # are ignored. Removing the file, or leaving no fault in
 // it, is the recovery: the GPU mock then answers again and reports recovery action none, the
@@ -30,14 +35,29 @@ type InjectedFault struct {
 	Kind string
 	// Code is the XID or the NPU error code; empty for ecc and lost.
 	Code string
+	// Action is the recovery action the line asks the GPU mock to report; empty for its
+	// default.
+	Action string
 }
 
+// Event is the fault without its recovery action: what the hardware reports once. A line whose
+// action changes is the same event with a new recovery action, not a second event.
+func (f InjectedFault) Event() InjectedFault { return InjectedFault{Kind: f.Kind, Code: f.Code} }
+
 func (f InjectedFault) String() string {
-	if f.Code == "" {
-		return f.Kind
+	s := f.Kind
+	for _, x := range []string{f.Code, f.Action} {
+		if x != "" {
+			s += " " + x
+		}
 	}
-	return f.Kind + " " + f.Code
+	return s
 }
+
+// RecoveryActions are the actions a fault line may name, as NVML's
+// FI_DEV_GET_GPU_RECOVERY_ACTION values: none, GPU reset, node reboot, drain P2P, drain and
+// reset.
+var RecoveryActions = []string{"none", "reset", "reboot", "drain-p2p", "drain-and-reset"}
 
 // Fault kinds of a fault file.
 const (
@@ -62,6 +82,14 @@ func ParseFaults(data []byte) ([]InjectedFault, error) {
 		}
 		fields := strings.Fields(line)
 		f := InjectedFault{Kind: fields[0]}
+		// xid and ecc may end in a recovery action.
+		if f.Kind == FaultXID && len(fields) == 3 || f.Kind == FaultECC && len(fields) == 2 {
+			f.Action = fields[len(fields)-1]
+			if !slices.Contains(RecoveryActions, f.Action) {
+				return nil, fmt.Errorf("line %d: %q: recovery action %q is not one of %s", n, line, f.Action, strings.Join(RecoveryActions, ", "))
+			}
+			fields = fields[:len(fields)-1]
+		}
 		switch {
 		case f.Kind == FaultXID && len(fields) == 2:
 			x, err := strconv.ParseUint(fields[1], 10, 32)
@@ -76,7 +104,7 @@ func ParseFaults(data []byte) ([]InjectedFault, error) {
 			f.Code = fields[1]
 		case (f.Kind == FaultECC || f.Kind == FaultLost) && len(fields) == 1:
 		default:
-			return nil, fmt.Errorf("line %d: %q: want \"xid <N>\", \"ecc\", \"lost\" or \"fault <code>\"", n, line)
+			return nil, fmt.Errorf("line %d: %q: want \"xid <N> [<action>]\", \"ecc [<action>]\", \"lost\" or \"fault <code>\"", n, line)
 		}
 		out = append(out, f)
 	}

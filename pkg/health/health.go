@@ -80,6 +80,10 @@ type Event struct {
 	Code string
 	// Message is for people: the kubelet puts it into the pod's allocatedResourcesStatus.
 	Message string
+	// Hold, on a Fault, makes it transient: the hardware says the device needs no recovery
+	// action, and the fault clears Hold after it was last reported, unless a Fault of the same
+	// cause without Hold (persistent) comes first. Zero: the fault lasts until a Recovered.
+	Hold time.Duration
 }
 
 func (e Event) String() string {
@@ -183,6 +187,9 @@ type Condition struct {
 	// Since is when the cause was first observed; it is the taint's timeAdded and does not
 	// move when the same cause is observed again.
 	Since time.Time `json:"since"`
+	// Until is when a transient fault (Event.Hold) clears; zero for a fault that lasts until the
+	// hardware reports its recovery.
+	Until time.Time `json:"until,omitzero"`
 }
 
 // DeviceHealth is a device's health in a snapshot.
@@ -226,7 +233,16 @@ type SourceConfig struct {
 	// PollInterval is how often a source polls what it cannot be told (a lost GPU, a recovery,
 	// a mock's fault files); zero means the source's default.
 	PollInterval time.Duration
+	// TransientHold is how long a fault the hardware needs no recovery action for stays
+	// reported (Event.Hold); zero means DefaultTransientHold.
+	TransientHold time.Duration
 }
+
+// DefaultTransientHold keeps a transient fault visible long enough for the kubelet to show it in
+// the pod's status, for an event to be recorded, and for a recovery action the driver sets just
+// after the XID to be seen by a poll, while a benign XID does not keep the device from new work
+// for longer than a minute.
+const DefaultTransientHold = time.Minute
 
 // Watcher is a backend that can watch its devices' health.
 type Watcher interface {

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ func TestClassify(t *testing.T) {
 		"stopped processing ignored":           {xid: 43},
 		"preemptive cleanup ignored":           {xid: 45},
 		"video processor ignored":              {xid: 68},
+		"context switch timeout ignored":       {xid: 109},
 		"double bit ECC is critical":           {xid: 48, wantFault: true, wantCause: CauseXID, wantMsg: "XID 48: Double Bit ECC Error"},
 		"fallen off the bus is lost":           {xid: 79, wantFault: true, wantCause: CauseLost, wantMsg: "XID 79: GPU has fallen off the bus"},
 		"unlisted XID is critical":             {xid: 999, wantFault: true, wantCause: CauseXID, wantMsg: "XID 999: critical error"},
@@ -70,11 +72,11 @@ func TestParseEffects(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\n"))
+	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\nxid 94 none\necc reboot\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801"}
+	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801", "xid 94 none", "ecc reboot"}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -83,7 +85,10 @@ func TestParseFaults(t *testing.T) {
 			t.Errorf("fault %d = %q, want %q", i, got[i], want[i])
 		}
 	}
-	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz"} {
+	if got[4].Action != "none" || got[4].Event() != (InjectedFault{Kind: FaultXID, Code: "94"}) {
+		t.Errorf("xid with action parsed as %+v", got[4])
+	}
+	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz", "xid 48 later", "lost reset", "fault 0x1 none", "xid 48 none extra"} {
 		if _, err := ParseFaults([]byte(bad)); err == nil {
 			t.Errorf("ParseFaults(%q) succeeded", bad)
 		}
@@ -253,5 +258,131 @@ func TestTrackerActsOnUnsavableState(t *testing.T) {
 	case <-changes:
 	default:
 		t.Error("a change that could not be saved was not announced")
+	}
+}
+
+func TestXIDNeedsReset(t *testing.T) {
+	for xid, want := range map[uint64]bool{
+		13: false, 31: false, 43: false, 45: false, 63: false, 94: false, // RESTART_APP, IGNORE
+		48: true, 62: true, 64: true, 74: true, 79: true, 95: true, 109: true, 119: true, 140: true, // RESET_GPU and workflows with a reset
+		999: true, // not in the catalogue
+	} {
+		if got := XIDNeedsReset(xid); got != want {
+			t.Errorf("XIDNeedsReset(%d) = %v, want %v", xid, got, want)
+		}
+	}
+}
+
+// TestTrackerTransientFaults: a fault with a hold clears when the hold ends, also after a
+// restart; reporting it again extends the hold; a lasting fault of the same cause is not made
+// transient, and makes a transient one lasting.
+func TestTrackerTransientFaults(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "state.json")
+	devs := map[string]string{"gpu-0": "GPU-a", "gpu-3": "GPU-d"}
+	tr := newTracker(t, path, "boot", clk, devs)
+	apply := func(tr *Tracker, ev Event) {
+		t.Helper()
+		if _, _, err := tr.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire := func(tr *Tracker) ([]*Transition, time.Time) {
+		t.Helper()
+		trs, next, err := tr.Expire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return trs, next
+	}
+	xid := func(code string, hold time.Duration) Event {
+		return Event{Type: Fault, Device: "gpu-3", Cause: CauseXID, Code: code, Message: "XID " + code, Hold: hold}
+	}
+	apply(tr, Event{Type: Watching, Device: "gpu-3"})
+	apply(tr, xid("94", time.Minute))
+	if trs, next := expire(tr); len(trs) != 0 || !next.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("before the hold ends: %v, next %v", trs, next)
+	}
+	clk.Step(40 * time.Second)
+	apply(tr, xid("94", time.Minute)) // again: the hold runs from now
+	clk.Step(40 * time.Second)
+	if trs, _ := expire(tr); len(trs) != 0 || stateOf(tr, "gpu-3").State != Unhealthy {
+		t.Fatalf("a repeated transient fault cleared by its first hold: %v", trs)
+	}
+	// A restart keeps the hold.
+	tr = newTracker(t, path, "boot", clk, devs)
+	apply(tr, Event{Type: Watching, Device: "gpu-3"})
+	clk.Step(20 * time.Second)
+	trs, next := expire(tr)
+	if len(trs) != 1 || trs[0].Device != "gpu-3" || trs[0].To != Healthy || !next.IsZero() {
+		t.Fatalf("after the hold: %+v, next %v", trs, next)
+	}
+
+	// Lasting, then transient: stays lasting, with its code.
+	apply(tr, xid("48", 0))
+	apply(tr, xid("94", time.Minute))
+	clk.Step(2 * time.Minute)
+	if trs, _ := expire(tr); len(trs) != 0 {
+		t.Fatalf("a transient fault shortened a lasting one: %v", trs)
+	}
+	if h := stateOf(tr, "gpu-3"); h.State != Unhealthy || h.Conditions[0].Code != "48" {
+		t.Fatalf("lasting then transient: %+v", h)
+	}
+	// Transient, then lasting (the GPU asked for an action after all): lasts, same since.
+	apply(tr, Event{Type: Recovered, Device: "gpu-3"})
+	apply(tr, xid("94", time.Minute))
+	since := stateOf(tr, "gpu-3").Conditions[0].Since
+	clk.Step(time.Second)
+	apply(tr, xid("94", 0))
+	clk.Step(2 * time.Minute)
+	if trs, _ := expire(tr); len(trs) != 0 {
+		t.Fatalf("a lasting fault expired: %v", trs)
+	}
+	if c := stateOf(tr, "gpu-3").Conditions[0]; !c.Since.Equal(since) || !c.Until.IsZero() {
+		t.Errorf("transient made lasting: %+v, want since %v and no until", c, since)
+	}
+}
+
+// TestTrackerRunExpiry: the loop clears a transient fault when its hold ends, including one
+// that arrives while it waits, and reports the transition.
+func TestTrackerRunExpiry(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	tr := newTracker(t, "", "", clk, map[string]string{"gpu-3": "GPU-d"})
+	if _, _, err := tr.Apply(Event{Type: Watching, Device: "gpu-3"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reported := make(chan *Transition, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.RunExpiry(ctx, func(tr *Transition, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			reported <- tr
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	if _, _, err := tr.Apply(Event{Type: Fault, Device: "gpu-3", Cause: CauseXID, Code: "94", Message: "XID 94", Hold: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// The loop waits on a timer for the hold; stepping past it fires the timer.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case got := <-reported:
+			if got == nil || got.Device != "gpu-3" || got.To != Healthy {
+				t.Fatalf("reported %+v", got)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no transition reported; gpu-3 is %+v", stateOf(tr, "gpu-3"))
+		}
+		if clk.HasWaiters() {
+			clk.Step(30 * time.Second)
+		}
 	}
 }

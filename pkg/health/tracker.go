@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,10 +178,20 @@ func (t *Tracker) Apply(ev Event) (*Transition, bool, error) {
 		}
 		cur, had := d.conditions[ev.Cause]
 		next := Condition{Code: ev.Code, Message: ev.Message, Since: now}
+		if ev.Hold > 0 {
+			// Not truncated as Since is: a hold may be shorter than a second.
+			next.Until = t.clock.Now().Add(ev.Hold)
+		}
 		if had {
 			next.Since = cur.Since
 		}
-		if !had || cur != next {
+		// A transient fault does not shorten a persistent one of the same cause: the device
+		// still needs the recovery the first one asked for, and its taint keeps that fault's
+		// code.
+		if had && cur.Until.IsZero() && !next.Until.IsZero() {
+			break
+		}
+		if !had || !cur.equal(next) {
 			d.conditions[ev.Cause] = next
 			changed = true
 		}
@@ -197,6 +208,13 @@ func (t *Tracker) Apply(ev Event) (*Transition, bool, error) {
 	if !changed {
 		return nil, false, nil
 	}
+	tr, err := t.changedLocked(ev.Device, d, from, now)
+	return tr, true, err
+}
+
+// changedLocked records that d's conditions changed from state from: it saves the state and
+// announces the change, and returns the transition, if any.
+func (t *Tracker) changedLocked(name string, d *tracked, from State, now time.Time) (*Transition, error) {
 	d.updated = now
 	if d.state() == Unknown && from != Unknown {
 		d.unknownSince = now
@@ -208,9 +226,76 @@ func (t *Tracker) Apply(ev Event) (*Transition, bool, error) {
 	t.changed = make(chan struct{})
 	var tr *Transition
 	if to := d.state(); to != from {
-		tr = &Transition{Device: ev.Device, From: from, To: to, Message: t.healthLocked(ev.Device, d).Message()}
+		tr = &Transition{Device: name, From: from, To: to, Message: t.healthLocked(name, d).Message()}
 	}
-	return tr, true, err
+	return tr, err
+}
+
+func (c Condition) equal(o Condition) bool {
+	return c.Code == o.Code && c.Message == o.Message && c.Since.Equal(o.Since) && c.Until.Equal(o.Until)
+}
+
+// Expire clears the transient conditions whose hold is over, also those restored from before a
+// restart. It returns the transitions it caused, in device order, and when the next transient
+// condition is due (zero if none is).
+func (t *Tracker) Expire() (transitions []*Transition, next time.Time, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	for _, name := range SortedDevices(t.devices) {
+		d := t.devices[name]
+		from := d.state()
+		changed := false
+		for c, cond := range d.conditions {
+			switch {
+			case cond.Until.IsZero():
+			case !cond.Until.After(now):
+				delete(d.conditions, c)
+				changed = true
+			case next.IsZero() || cond.Until.Before(next):
+				next = cond.Until
+			}
+		}
+		if !changed {
+			continue
+		}
+		tr, serr := t.changedLocked(name, d, from, now.Truncate(time.Second))
+		if tr != nil {
+			transitions = append(transitions, tr)
+		}
+		err = errors.Join(err, serr)
+	}
+	return transitions, next, err
+}
+
+// RunExpiry clears transient conditions when their hold ends, until ctx is done, and hands each
+// transition it causes to report (and a save error to report, with a nil transition).
+func (t *Tracker) RunExpiry(ctx context.Context, report func(*Transition, error)) {
+	timer := t.clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// Read before Expire, so that a transient fault that arrives meanwhile wakes the loop.
+		changes := t.Changes()
+		trs, next, err := t.Expire()
+		if err != nil {
+			report(nil, err)
+		}
+		for _, tr := range trs {
+			report(tr, nil)
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(t.clock.Now())
+		}
+		timer.Stop()
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-timer.C():
+		}
+	}
 }
 
 // Snapshot returns every device's health, sorted by name.

@@ -34,10 +34,27 @@ var xidNames = map[uint64]string{
 	140: "Unrecovered ECC Error",
 }
 
+// xidNoReset are the XIDs after which NVIDIA's XID catalogue
+// (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Resolution Bucket
+// (Immediate Action)") asks for no GPU reset: RESTART_APP, IGNORE, or a workflow without one
+// (45: restart the fabric manager at most). Every other XID, listed or not, is taken to need a
+// reset: the catalogue's RESET_GPU, RESTART_BM, WORKFLOW_XID_48 and WORKFLOW_NVLINK_ERR, and
+// whatever it does not say.
+var xidNoReset = map[uint64]bool{
+	8: true, 11: true, 13: true, 25: true, 31: true, 32: true, 43: true, 45: true,
+	63: true, 68: true, 92: true, 94: true, 137: true, 157: true,
+}
+
+// XIDNeedsReset tells whether NVIDIA's XID catalogue asks for a GPU reset (or more) after xid.
+// It stands in for the driver's recovery action (FI_DEV_GET_GPU_RECOVERY_ACTION) where the
+// driver is older than that field (docs/health.md).
+func XIDNeedsReset(xid uint64) bool { return !xidNoReset[xid] }
+
 // DefaultIgnoredXIDs are application errors: the XID reports a fault of the program that ran on
-// the GPU, and the GPU itself is fine. The list is NVIDIA's device plugin's default
-// (applicationErrorXids): 13, 31, 43, 45, 68.
-var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68}
+// the GPU, and the GPU itself is fine. The list is the one NVIDIA's device plugin
+// (internal/rm/health.go) and DRA driver (xidsToSkip) ignore: 13, 31, 43, 45, 68 and 109
+// (Context Switch Timeout, which a program that hogs the GPU causes).
+var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
 
 // Classifier decides what an XID means for the device.
 type Classifier struct {

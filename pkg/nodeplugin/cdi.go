@@ -203,16 +203,25 @@ type EditsSink interface {
 }
 
 // driverWatch notices a change of the driver and has the edits recomputed and put into every
-// prepared claim's spec.
+// prepared claim's spec. It also notices a change of the control nodes (a module loaded after
+// start-up, nvidia-uvm being the usual one) and has every prepared claim's spec rewritten with
+// them, so that a container started again (one whose CUDA failed for want of nvidia-uvm is)
+// gets them.
 type driverWatch struct {
 	src     *driverSource
 	sink    EditsSink
 	current *specs.ContainerEdits
 	print   string
+	// control looks the control nodes up (device.Inventory.ResolveControlNodes; nil: never
+	// again); written are those the specs were last rewritten with, nil before the first check,
+	// which therefore rewrites the specs once: specs restored from before a restart were
+	// written with the nodes of then.
+	control func() ([]device.Node, error)
+	written []device.Node
 }
 
-func newDriverWatch(src *driverSource, sink EditsSink, current *specs.ContainerEdits) *driverWatch {
-	return &driverWatch{src: src, sink: sink, current: current, print: src.fingerprint(current)}
+func newDriverWatch(src *driverSource, sink EditsSink, current *specs.ContainerEdits, control func() ([]device.Node, error)) *driverWatch {
+	return &driverWatch{src: src, sink: sink, current: current, print: src.fingerprint(current), control: control}
 }
 
 // run polls every interval until ctx is done. Polling rather than inotify: the driver root is
@@ -229,6 +238,9 @@ func (w *driverWatch) run(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 			if _, err := w.check(ctx); err != nil {
 				klog.FromContext(ctx).Error(err, "The driver changed, but its CDI edits could not be computed; keeping the previous ones and trying again")
+			}
+			if err := w.checkControl(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "The control device nodes changed, but not every prepared claim's CDI spec could be rewritten; trying again")
 			}
 		}
 	}
@@ -262,4 +274,29 @@ func (w *driverWatch) check(ctx context.Context) (bool, error) {
 	w.current, w.print = edits, print
 	klog.FromContext(ctx).Info("The driver changed: CDI edits recomputed", "kind", w.src.kind, "mounts", len(edits.Mounts), "specsRewritten", n)
 	return true, nil
+}
+
+// checkControl looks the control nodes up and, if they differ from those the specs were last
+// written with, has every prepared claim's spec rewritten (with the current edits: only the
+// nodes change). On an error the nodes are not recorded, so the next check tries again.
+func (w *driverWatch) checkControl(ctx context.Context) error {
+	if w.control == nil {
+		return nil
+	}
+	nodes, err := w.control()
+	if err != nil {
+		return err
+	}
+	if w.written != nil && slices.Equal(nodes, w.written) {
+		return nil
+	}
+	n, err := w.sink.SetCommonEdits(ctx, w.current)
+	if err != nil {
+		return fmt.Errorf("rewriting prepared claims' CDI specs with the control nodes: %w", err)
+	}
+	if w.written != nil || n > 0 {
+		klog.FromContext(ctx).Info("CDI specs of prepared claims rewritten with the control device nodes", "kind", w.src.kind, "specsRewritten", n)
+	}
+	w.written = nodes
+	return nil
 }

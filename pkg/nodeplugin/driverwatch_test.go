@@ -146,16 +146,8 @@ func TestDriverChange(t *testing.T) {
 			}
 			mounts := func(uid string) []string {
 				t.Helper()
-				data, err := os.ReadFile(writer.Path(uid))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var spec specs.Spec
-				if err := json.Unmarshal(data, &spec); err != nil {
-					t.Fatal(err)
-				}
 				var out []string
-				for _, m := range spec.ContainerEdits.Mounts {
+				for _, m := range readSpec(t, writer, uid).ContainerEdits.Mounts {
 					out = append(out, m.ContainerPath)
 				}
 				return out
@@ -169,7 +161,7 @@ func TestDriverChange(t *testing.T) {
 				t.Fatalf("before the change the spec does not mount %s: %v", tc.before, m)
 			}
 
-			w := newDriverWatch(src, drv, edits)
+			w := newDriverWatch(src, drv, edits, nil)
 			if changed, err := w.check(ctx); changed || err != nil {
 				t.Fatalf("unchanged driver: changed %v, %v", changed, err)
 			}
@@ -214,4 +206,106 @@ func TestPluginPath(t *testing.T) {
 			t.Errorf("root %s, host root %s: %s -> %s, want %s", tc.root, tc.hostRoot, tc.host, got, tc.want)
 		}
 	}
+}
+
+// TestControlNodesRewritten: a claim prepared while nvidia-uvm was not loaded gets the module's
+// nodes in its spec once the watch sees them, so that its containers get them when they start
+// again; the spec of a claim unprepared meanwhile does not come back, and unchanged nodes
+// rewrite nothing.
+func TestControlNodesRewritten(t *testing.T) {
+	const node = "node-a"
+	ctx := context.Background()
+	srv, err := nvmlmock.NewServer("h100-8x-2numa", node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetUVM(nvmlmock.UVMNotLoaded)
+	be := srv.Backend()
+	inv, err := be.Enumerate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = be.Close()
+	store, err := checkpoint.Open(filepath.Join(t.TempDir(), "checkpoint"), "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	writer := cdi.New(t.TempDir(), inv.Kind)
+	drv, err := driver.New(ctx, driver.Options{DriverName: GPUDriverName, NodeName: node, Inventory: inv, CDI: writer, State: store, Metrics: metrics.NewPlugin(GPUDriverName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Close)
+	for i, uid := range []string{"early", "gone"} {
+		c := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "claim-" + uid, UID: types.UID(uid)},
+			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: GPUDriverName, Pool: node, Device: inv.Devices[i].Name}},
+			}}},
+		}
+		if res, err := drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c}); err != nil || res[c.UID].Err != nil {
+			t.Fatalf("prepare %s: %v %v", uid, err, res[c.UID].Err)
+		}
+	}
+	if res, err := drv.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "gone"}}); err != nil || res["gone"] != nil {
+		t.Fatalf("unprepare: %v %v", err, res["gone"])
+	}
+	nodes := func(uid string) []string {
+		t.Helper()
+		var out []string
+		for _, n := range readSpec(t, writer, uid).ContainerEdits.DeviceNodes {
+			out = append(out, n.Path)
+		}
+		return out
+	}
+	rewrites := &countingSink{EditsSink: drv}
+	w := newDriverWatch(&driverSource{kind: inv.Kind}, rewrites, nil, inv.ResolveControlNodes)
+	if err := w.checkControl(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(nodes("early"), "/dev/nvidia-uvm") {
+		t.Fatalf("nvidia-uvm in a spec before it was loaded: %v", nodes("early"))
+	}
+	calls := rewrites.calls
+	srv.SetUVM(nvmlmock.UVMModuleOnly)
+	if err := w.checkControl(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := nodes("early"); !slices.Contains(got, "/dev/nvidia-uvm") || !slices.Contains(got, "/dev/nvidia-uvm-tools") {
+		t.Errorf("spec of a claim prepared before nvidia-uvm was loaded, after the watch: %v", got)
+	}
+	if _, err := os.Stat(writer.Path("gone")); !os.IsNotExist(err) {
+		t.Errorf("the spec of an unprepared claim came back: %v", err)
+	}
+	if rewrites.calls != calls+1 {
+		t.Errorf("%d rewrites for one change of the nodes", rewrites.calls-calls)
+	}
+	if err := w.checkControl(ctx); err != nil || rewrites.calls != calls+1 {
+		t.Errorf("unchanged nodes: %v, %d rewrites", err, rewrites.calls-calls-1)
+	}
+}
+
+type countingSink struct {
+	EditsSink
+	calls int
+}
+
+func (s *countingSink) SetCommonEdits(ctx context.Context, e *specs.ContainerEdits) (int, error) {
+	s.calls++
+	return s.EditsSink.SetCommonEdits(ctx, e)
+}
+
+// readSpec reads the CDI spec of a claim as the runtime would.
+func readSpec(t *testing.T, w *cdi.Writer, uid string) specs.Spec {
+	t.Helper()
+	data, err := os.ReadFile(w.Path(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

@@ -47,6 +47,23 @@ func Run(ctx context.Context, o *Options) error {
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
 
+	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
+	// while the plugin starts.
+	m := metrics.NewPlugin(o.DriverName)
+	start := newStartup()
+	if o.HTTPAddress != "" {
+		srv, err := serveHTTP(ctx, o.HTTPAddress, m, start, o.Profiling)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+
+	start.waitFor(ctx, "the device backend to enumerate the devices")
 	be, err := backend.New(ctx, backend.Options{
 		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
 		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir, AscendDriverRoot: o.AscendDriverRoot,
@@ -62,6 +79,7 @@ func Run(ctx context.Context, o *Options) error {
 	var common *specs.ContainerEdits
 	var src *driverSource
 	if err == nil {
+		start.waitFor(ctx, "the driver's CDI edits (a search of the driver root)")
 		if src, err = newDriverSource(ctx, o, be, inv.Kind); err == nil {
 			common, err = src.edits(ctx)
 		}
@@ -96,6 +114,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
+	start.waitFor(ctx, "the checkpoint and its lock (which the other instance of a rolling update may hold)")
 	boot, err := bootid.Read(o.BootIDFile)
 	if err != nil {
 		return fmt.Errorf("reading boot ID: %w", err)
@@ -106,7 +125,6 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	defer func() { _ = store.Close() }()
 
-	m := metrics.NewPlugin(o.DriverName)
 	calls := newCallMetrics(o.DriverName, m.Registry)
 	cfg, err := o.Kube.RESTConfig("accel-dra-kubelet-plugin/" + o.NodeName)
 	if err != nil {
@@ -135,6 +153,7 @@ func Run(ctx context.Context, o *Options) error {
 	// instance of a rolling update may roll back what this one left half-done without waiting
 	// for the process to exit.
 	defer drv.Close()
+	start.waitFor(ctx, fmt.Sprintf("the checkpoint to be reconciled (the API server is asked whether prepared claims still exist, for at most %s)", driver.DefaultReconcileAPITimeout))
 	if _, err := drv.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
@@ -171,6 +190,7 @@ func Run(ctx context.Context, o *Options) error {
 		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 			kubeletplugin.CDIDirectory(o.CDIRoot))
 	}
+	start.waitFor(ctx, "the kubelet plugin's gRPC servers to start")
 	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
@@ -198,22 +218,17 @@ func Run(ctx context.Context, o *Options) error {
 	// reflects what the plugin holds.
 	debug.FreeOSMemory()
 
-	if o.HTTPAddress != "" {
-		srv, err := serveHTTP(ctx, o.HTTPAddress, m, helper, newHealthChecker(o, helper), o.Profiling)
-		if err != nil {
-			return err
+	start.serving(newHealthChecker(o, helper), func() error {
+		if st := helper.RegistrationStatus(); st == nil || !st.PluginRegistered {
+			return errors.New("not registered with the kubelet yet")
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-	}
-	if o.DriverCheckInterval > 0 && src.root != "" {
+		return nil
+	})
+	if o.DriverCheckInterval > 0 && (src.root != "" || inv.ResolveControlNodes != nil) {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			newDriverWatch(src, drv, common).run(ctx, o.DriverCheckInterval)
+			newDriverWatch(src, drv, common, inv.ResolveControlNodes).run(ctx, o.DriverCheckInterval)
 		}()
 		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
 		defer func() { <-watched }()
@@ -224,7 +239,7 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kubeletplugin.Helper, health http.Handler, profiling bool) (*http.Server, error) {
+func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, start *startup, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -233,15 +248,8 @@ func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, helper *kube
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("/metrics", m.Handler())
-	mux.Handle("/healthz", health)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		st := helper.RegistrationStatus()
-		if st == nil || !st.PluginRegistered {
-			http.Error(w, "not registered with the kubelet yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
+	mux.HandleFunc("/healthz", start.serveHealthz)
+	mux.HandleFunc("/readyz", start.serveReadyz)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http endpoint: %w", err)

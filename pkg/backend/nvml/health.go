@@ -20,26 +20,33 @@ const healthEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEcc
 var _ health.Watcher = (*Backend)(nil)
 
 // HealthSource returns the health source of the GPUs in devs; cfg.PollInterval (default 5s) is
-// how often devices are asked whether they are lost and whether a faulted device's recovery
-// action is back to none. It needs NVML initialised for as
-// long as it runs: the caller must not Close the backend before the source's Run returns.
+// how often devices are asked whether they are lost and what recovery action a faulted device
+// needs. It needs NVML initialised for as long as it runs: the caller must not Close the backend
+// before the source's Run returns.
 //
-// What it reports:
+// What it reports (docs/health.md, "How long a fault lasts"):
 //   - a critical XID event is a fault of health.CauseXID (CauseLost for XID 79) unless the
-//     classifier ignores it;
-//   - a double-bit ECC event is a fault of health.CauseECC;
+//     classifier ignores it; a double-bit ECC event is a fault of health.CauseECC;
+//   - how long an XID or ECC fault lasts follows NVML's GPU recovery action
+//     (FI_DEV_GET_GPU_RECOVERY_ACTION) when the event arrives: an action (reset, reboot, drain)
+//     keeps the fault until the action is back to none; none makes the fault transient
+//     (health.Event.Hold = cfg.TransientHold), unless a poll within the hold finds an action
+//     after all. A driver without the field gets NVIDIA's XID catalogue instead
+//     (health.XIDNeedsReset): an XID that needs a reset, and an ECC error, last until the node
+//     reboots, since nothing then says that the reset happened; the others are transient;
+//   - at start, a GPU whose recovery action is none has no XID or ECC fault any more: one
+//     restored from before a restart was transient or has been recovered since;
 //   - a device whose queries answer GPU_IS_LOST is a fault of health.CauseLost, and recovers
-//     when it answers again (after a reset);
-//   - an XID or ECC fault recovers when NVML's GPU recovery action
-//     (FI_DEV_GET_GPU_RECOVERY_ACTION) is back to none after it was seen asking for an action
-//     (reset, reboot, drain). A driver that never asks for one leaves the fault in place until
-//     the node reboots: time passing is never a recovery.
+//     when it answers again (after a reset).
 func (b *Backend) HealthSource(devs []device.Device, cfg health.SourceConfig) health.Source {
 	if cfg.Classifier == nil {
 		cfg.Classifier = health.NewClassifier(nil)
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 5 * time.Second
+	}
+	if cfg.TransientHold <= 0 {
+		cfg.TransientHold = health.DefaultTransientHold
 	}
 	return &healthSource{b: b, devs: devs, cfg: cfg}
 }
@@ -62,9 +69,15 @@ type watched struct {
 	// faulted is set by an XID or ECC fault; actionSeen once the recovery action asked for a
 	// reset or more since then.
 	faulted, actionSeen bool
+	// transient is the last fault while it is reported transient (its GPU asked for no
+	// action), until its hold ends: a poll that finds an action meanwhile reports it again as
+	// lasting.
+	transient      *health.Event
+	transientUntil time.Time
 }
 
-// waitTimeout bounds one EventSetWait so that ctx and the poll are looked at regularly.
+// waitTimeout bounds one EventSetWait so that ctx and the poll are looked at regularly (the
+// poll interval, if shorter).
 const waitTimeout = 500 * time.Millisecond
 
 func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
@@ -105,14 +118,26 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 			// A device that answers now is not lost, whatever a state from before a
 			// restart says.
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseLost})
+			// Nor does it have an XID or ECC fault if it asks for no recovery action: a
+			// fault restored from before the restart was transient, or the GPU has been
+			// reset since. One that still asks keeps its fault until the action is done.
+			switch action, ok := recoveryAction(w.handle); {
+			case !ok:
+			case action == nvml.GPU_RECOVERY_ACTION_NONE:
+				w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseXID})
+				w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseECC})
+			default:
+				w.faulted, w.actionSeen = true, true
+			}
 		}
 		w.emit(emit, health.Event{Type: health.Watching})
 	}
 	emit(health.Event{Type: health.Synced})
 
+	wait := min(waitTimeout, s.cfg.PollInterval)
 	lastPoll := time.Time{}
 	for ctx.Err() == nil {
-		data, ret := set.Wait(uint32(waitTimeout / time.Millisecond))
+		data, ret := set.Wait(uint32(wait / time.Millisecond))
 		switch ret {
 		case nvml.SUCCESS:
 			s.handleEvent(ctx, byHandle, data, emit)
@@ -191,26 +216,64 @@ func (s *healthSource) handleEvent(ctx context.Context, byHandle map[nvml.Device
 			logger.Info("Ignoring application XID", "devices", w.names, "xid", data.EventData)
 			return
 		}
-		logger.Info("GPU reported a critical XID", "devices", w.names, "xid", data.EventData, "message", ev.Message)
 		if ev.Cause == health.CauseLost {
+			logger.Info("GPU reported a critical XID", "devices", w.names, "xid", data.EventData, "message", ev.Message)
 			w.lost = true
-		} else {
-			w.fault()
+			w.emit(emit, ev)
+			return
 		}
-		w.emit(emit, ev)
+		s.fault(ctx, w, ev, health.XIDNeedsReset(data.EventData), emit)
 	case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
-		logger.Info("GPU reported a double-bit ECC error", "devices", w.names)
-		w.fault()
-		w.emit(emit, health.Event{Type: health.Fault, Cause: health.CauseECC, Message: "double-bit (uncorrectable) ECC error"})
+		ev := health.Event{Type: health.Fault, Cause: health.CauseECC, Message: "double-bit (uncorrectable) ECC error"}
+		s.fault(ctx, w, ev, true, emit)
 	}
 }
 
-// fault records an XID or ECC fault. The recovery action is read at once: the driver sets it
-// with the error, and a reset that follows quickly must not be missed by waiting for the poll.
-func (w *watched) fault() {
-	w.faulted = true
-	action, ok := recoveryAction(w.handle)
-	w.actionSeen = ok && action != nvml.GPU_RECOVERY_ACTION_NONE
+// fault reports an XID or ECC fault, lasting or transient by the GPU's recovery action (or, on
+// a driver without it, by catalogueReset). The action is read at once: the driver sets it with
+// the error, and a reset that follows quickly must not be missed by waiting for the poll.
+func (s *healthSource) fault(ctx context.Context, w *watched, ev health.Event, catalogueReset bool, emit func(health.Event)) {
+	logger := klog.FromContext(ctx)
+	action, known := recoveryAction(w.handle)
+	w.faulted, w.transient = true, nil
+	w.actionSeen = known && action != nvml.GPU_RECOVERY_ACTION_NONE
+	transient := known && !w.actionSeen || !known && !catalogueReset
+	if transient {
+		ev.Hold = s.cfg.TransientHold
+		lasting := ev
+		lasting.Hold = 0
+		w.transient, w.transientUntil = &lasting, time.Now().Add(s.cfg.TransientHold)
+	}
+	how := "until the GPU's recovery action is done"
+	switch {
+	case transient && known:
+		how = "transient: the GPU asks for no recovery action"
+	case transient:
+		how = "transient: NVIDIA's XID catalogue asks for no reset (the driver reports no recovery action)"
+	case !known:
+		how = "until the node reboots: the driver reports no recovery action, and NVIDIA's XID catalogue asks for a reset"
+	}
+	logger.Info("GPU reported a fault", "devices", w.names, "cause", ev.Cause, "code", ev.Code, "message", ev.Message, "lasts", how, "recoveryAction", actionName(action, known))
+	w.emit(emit, ev)
+}
+
+func actionName(a nvml.DeviceGpuRecoveryAction, known bool) string {
+	if !known {
+		return "unsupported"
+	}
+	switch a {
+	case nvml.GPU_RECOVERY_ACTION_NONE:
+		return "none"
+	case nvml.GPU_RECOVERY_ACTION_GPU_RESET:
+		return "GPU reset"
+	case nvml.GPU_RECOVERY_ACTION_NODE_REBOOT:
+		return "node reboot"
+	case nvml.GPU_RECOVERY_ACTION_DRAIN_P2P:
+		return "drain P2P"
+	case nvml.GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
+		return "drain P2P and reset"
+	}
+	return fmt.Sprintf("action %d", a)
 }
 
 // poll asks every device whether it still answers and, for faulted ones, whether NVML still
@@ -233,22 +296,30 @@ func (s *healthSource) poll(ctx context.Context, all []*watched, emit func(healt
 			w.lost = false
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseLost})
 		}
+		if w.transient != nil && time.Now().After(w.transientUntil) {
+			// The tracker has cleared it; an action asked for from now on belongs to
+			// whatever comes next (the driver reports XID 154 when the action changes).
+			w.transient, w.faulted = nil, false
+		}
 		action, ok := recoveryAction(w.handle)
 		if !ok {
 			continue
 		}
 		if action != nvml.GPU_RECOVERY_ACTION_NONE {
-			w.actionSeen = true
-			if !w.faulted {
-				// A persisted fault from before a restart: NVML does not repeat the XID, but
-				// the recovery action shows the device still needs one.
-				w.faulted = true
+			if w.transient != nil {
+				// The driver set the action after the event: the fault lasts after all.
+				logger.Info("GPU now asks for a recovery action: its fault lasts until it is done", "devices", w.names, "recoveryAction", actionName(action, true))
+				w.emit(emit, *w.transient)
+				w.transient = nil
 			}
+			// Without a fault seen (one restored from before a restart), NVML does not repeat
+			// the XID, but the action shows that the device still needs one.
+			w.actionSeen, w.faulted = true, true
 			continue
 		}
 		if w.faulted && w.actionSeen {
 			logger.Info("GPU recovery action is none again, GPU recovered", "devices", w.names)
-			w.faulted, w.actionSeen = false, false
+			w.faulted, w.actionSeen, w.transient = false, false, nil
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseXID})
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseECC})
 		}

@@ -39,25 +39,15 @@ func StatDevice(path string) (string, int64, int64, error) {
 	return info.Type, info.Major, info.Minor, err
 }
 
-// controlNodes are the nodes every GPU container needs. nvidia-modeset exists only where the
-// display part of the driver is loaded, so its absence is normal and logged quietly.
-var controlNodes = []struct {
-	name     string
-	optional bool
-}{
-	{name: "nvidiactl"},
-	{name: "nvidia-uvm"},
-	{name: "nvidia-uvm-tools"},
-	{name: "nvidia-modeset", optional: true},
-}
-
 // Backend implements device.Backend with NVML.
 type Backend struct {
 	lib     nvml.Interface
 	sysfs   fs.ReadLinkFS
 	devRoot string
 	stat    StatFunc
-	// proc is the host's /proc, for the MIG devices' caps nodes (caps.go).
+	// proc is the host's /proc: /proc/devices for the majors of nodes the runtime must create
+	// (control nodes missing from devRoot, control.go; the MIG devices' caps nodes, caps.go)
+	// and the driver's capabilities files.
 	proc fs.FS
 
 	// mu serialises NVML use: Init/Shutdown pair up once, and Enumerate may be called from more
@@ -192,23 +182,14 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 	sort.Slice(inv.MIGParents, func(a, c int) bool { return inv.MIGParents[a].GPU.Number < inv.MIGParents[c].GPU.Number })
 	device.Sort(inv.Devices)
 
-	inv.ControlNodes = make([]device.Node, 0, len(controlNodes))
-	for _, c := range controlNodes {
-		n, err := b.node(c.name)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			// Containers still start without it; CUDA then reports the missing node itself.
-			if c.optional {
-				logger.V(4).Info("Optional control device node not present, skipping", "node", n.Path)
-			} else {
-				logger.Info("Control device node not present on the host, skipping", "node", n.Path, "err", err)
-			}
-		case err != nil:
-			return nil, err
-		default:
-			inv.ControlNodes = append(inv.ControlNodes, n)
-		}
+	// The control nodes can change after enumeration (nvidia-uvm is loaded on first use), so
+	// the inventory also carries how to look them up again; each CDI spec does.
+	control := b.controlResolver(logger)
+	var err error
+	if inv.ControlNodes, err = control.resolve(); err != nil {
+		return nil, err
 	}
+	inv.ResolveControlNodes = control.resolve
 	logger.V(2).Info("Enumerated GPUs", "count", len(inv.Devices), "failed", len(inv.Failed), "driverVersion", driverVersion)
 	return inv, nil
 }
@@ -298,9 +279,11 @@ func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string)
 
 // node stats /dev/<name> under devRoot. The returned Node's Path is set even on error so that
 // callers can log it.
-func (b *Backend) node(name string) (device.Node, error) {
+func (b *Backend) node(name string) (device.Node, error) { return statNode(b.stat, b.devRoot, name) }
+
+func statNode(stat StatFunc, devRoot, name string) (device.Node, error) {
 	n := device.Node{Path: path.Join("/dev", name)}
-	typ, major, minor, err := b.stat(filepath.Join(b.devRoot, name))
+	typ, major, minor, err := stat(filepath.Join(devRoot, name))
 	if err != nil {
 		return n, fmt.Errorf("device node %s: %w", n.Path, err)
 	}

@@ -33,6 +33,9 @@ var driverLibraries = []struct {
 	{"libnvidia-nvvm.so", false},
 	{"libnvidia-opencl.so", false},
 	{"libnvidia-ptxjitcompiler.so", false},
+	// Recent drivers ship the sandbox utilities, which the toolkit's generator would load
+	// (dlopen) to describe devices unless told not to (pkg/cdi/nvidia).
+	{"libnvidia-sandboxutils.so", false},
 }
 
 // driverBinaries go to usr/bin, where the toolkit looks for them on the PATH under the root.

@@ -2,6 +2,7 @@ package nvmlmock
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -15,11 +16,32 @@ import (
 
 // WithFaultDir makes the mock machine read injected faults from dir (see health.FaultDir for
 // the file format): an "xid N" or "ecc" line is delivered once through NVML's event set and
-// makes the GPU's recovery action "reset" until the line is removed; a "lost" line makes the
-// GPU answer GPU_IS_LOST to everything but its minor number and PCI info, as a GPU that fell
-// off the bus does. Removing the file is the reset that recovers the GPU.
+// sets the GPU's recovery action while the line stays: the line's own action, or else what
+// NVIDIA's XID catalogue asks for (a reset after an ECC error or an XID that needs one, none
+// after an application error); a "lost" line makes the GPU answer GPU_IS_LOST to everything but
+// its minor number and PCI info, as a GPU that fell off the bus does. Removing the file is the
+// reset that recovers the GPU.
 func WithFaultDir(dir string) Option {
 	return func(o *options) { o.faultDir = dir }
+}
+
+// WithoutRecoveryAction makes the mock machine's driver one from before the GPU recovery action
+// field: FI_DEV_GET_GPU_RECOVERY_ACTION answers NOT_SUPPORTED, as older drivers do.
+func WithoutRecoveryAction() Option {
+	return func(o *options) { o.noRecoveryAction = true }
+}
+
+// recoveryActions are the fault file's actions as NVML reports them, by severity: a device with
+// several faults reports the most severe one's.
+var recoveryActions = []struct {
+	name   string
+	action nvml.DeviceGpuRecoveryAction
+}{
+	{"none", nvml.GPU_RECOVERY_ACTION_NONE},
+	{"drain-p2p", nvml.GPU_RECOVERY_ACTION_DRAIN_P2P},
+	{"reset", nvml.GPU_RECOVERY_ACTION_GPU_RESET},
+	{"drain-and-reset", nvml.GPU_RECOVERY_ACTION_DRAIN_AND_RESET},
+	{"reboot", nvml.GPU_RECOVERY_ACTION_NODE_REBOOT},
 }
 
 // faultReadInterval is how often Wait reads the fault files again.
@@ -33,13 +55,15 @@ type faults struct {
 	mu      sync.Mutex
 	current map[string][]health.InjectedFault
 	read    time.Time
-	// delivered are the xid/ecc lines already sent as events, per device, so each is sent
-	// once; a line removed and written again is a new fault.
+	// delivered are the xid/ecc lines already sent as events (InjectedFault.Event), per device,
+	// so each is sent once; a line removed and written again is a new fault, a line whose
+	// action changes is not.
 	delivered map[string]map[health.InjectedFault]bool
 }
 
-// injectFaults wires the fault files into the machine's NVML functions.
-func (s *Server) injectFaults(dir string) {
+// injectFaults wires the fault files into the machine's NVML functions. Without the recovery
+// action field (noRecoveryAction), the driver answers NOT_SUPPORTED for it.
+func (s *Server) injectFaults(dir string, noRecoveryAction bool) {
 	f := &faults{dir: dir, byName: map[string]*mock.Device{}, delivered: map[string]map[health.InjectedFault]bool{}}
 	for i, d := range s.Devices {
 		name := device.NameFor(device.KindGPU, s.profile.minor(i))
@@ -73,10 +97,11 @@ func (s *Server) injectFaults(dir string) {
 					v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 					continue
 				}
-				action := nvml.GPU_RECOVERY_ACTION_NONE
-				if f.needsReset(name) {
-					action = nvml.GPU_RECOVERY_ACTION_GPU_RESET
+				if noRecoveryAction {
+					v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+					continue
 				}
+				action := f.recoveryAction(name)
 				v.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
 				v.NvmlReturn = uint32(nvml.SUCCESS)
 				binary.LittleEndian.PutUint32(v.Value[:4], uint32(action))
@@ -108,20 +133,11 @@ func (f *faults) refreshLocked() {
 	f.current = got
 	for name, sent := range f.delivered {
 		for fault := range sent {
-			if !contains(got[name], fault) {
+			if !slices.ContainsFunc(got[name], func(x health.InjectedFault) bool { return x.Event() == fault }) {
 				delete(sent, fault)
 			}
 		}
 	}
-}
-
-func contains(fs []health.InjectedFault, f health.InjectedFault) bool {
-	for _, x := range fs {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }
 
 func (f *faults) has(name, kind string) bool {
@@ -138,25 +154,35 @@ func (f *faults) has(name, kind string) bool {
 	return false
 }
 
-// needsReset: an ECC error or an XID that is not an application error asks for a GPU reset,
-// as the driver's recovery action does.
-func (f *faults) needsReset(name string) bool {
+// recoveryAction is the GPU's recovery action while its faults stay: the most severe of their
+// actions. A line that names none gets what NVIDIA's XID catalogue asks for (a GPU reset after
+// an ECC error or an XID that needs one, none after an application error), which is the
+// hardware's answer and not the plugin's configuration: an XID the plugin is told to ignore
+// still asks for a reset if the catalogue says so.
+func (f *faults) recoveryAction(name string) nvml.DeviceGpuRecoveryAction {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.refreshLocked()
-	app := health.NewClassifier(nil)
+	worst := 0
 	for _, x := range f.current[name] {
-		if x.Kind == health.FaultECC {
-			return true
-		}
-		if x.Kind == health.FaultXID {
+		action := x.Action
+		switch {
+		case action != "":
+		case x.Kind == health.FaultECC:
+			action = "reset"
+		case x.Kind == health.FaultXID:
 			n, _ := strconv.ParseUint(x.Code, 10, 64)
-			if _, critical := app.Classify(name, n); critical {
-				return true
+			if health.XIDNeedsReset(n) {
+				action = "reset"
+			}
+		}
+		for i, a := range recoveryActions {
+			if a.name == action && i > worst {
+				worst = i
 			}
 		}
 	}
-	return false
+	return recoveryActions[worst].action
 }
 
 // wait is EventSet.Wait: the next undelivered xid or ecc line of any device, in device name
@@ -184,7 +210,8 @@ func (f *faults) next() (nvml.EventData, bool) {
 		if !ok {
 			continue
 		}
-		for _, x := range f.current[name] {
+		for _, line := range f.current[name] {
+			x := line.Event()
 			if f.delivered[name][x] {
 				continue
 			}

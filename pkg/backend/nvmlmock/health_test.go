@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/health/healthtest"
 	"github.com/accel-dra/accel-dra/pkg/mig"
@@ -31,18 +32,25 @@ func TestHealthQuickReset(t *testing.T) {
 	testHealthFromFaultFiles(t, 2*time.Second, true)
 }
 
+// enumerated returns the real backend over a mock machine and its inventory.
+func enumerated(t *testing.T, profile string, opts ...Option) (device.Backend, *device.Inventory) {
+	t.Helper()
+	be, err := New(profile, "node-a", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := be.Enumerate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be, inv
+}
+
 func testHealthFromFaultFiles(t *testing.T, poll time.Duration, quick bool) {
 	dir := t.TempDir()
-	be, err := New("h100-8x-2numa", "node-a", WithFaultDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be, inv := enumerated(t, "h100-8x-2numa", WithFaultDir(dir))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inv, err := be.Enumerate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr, done := healthtest.Watch(ctx, t, be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: poll}), inv.Devices)
 	expect := func(what, dev string, want health.State, cause health.Cause, msg string) {
 		t.Helper()
@@ -122,17 +130,11 @@ func TestHealthOfMIGDevices(t *testing.T) {
 	for _, dynamic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("dynamic=%v", dynamic), func(t *testing.T) {
 			dir := t.TempDir()
-			be, err := New("mig-mixed", "node-a", WithFaultDir(dir), WithStateDir(t.TempDir()))
-			if err != nil {
-				t.Fatal(err)
-			}
+			be, inv := enumerated(t, "mig-mixed", WithFaultDir(dir), WithStateDir(t.TempDir()))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			inv, err := be.Enumerate(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			if dynamic {
+				var err error
 				if inv, err = mig.Dynamic(inv); err != nil {
 					t.Fatal(err)
 				}
@@ -176,6 +178,142 @@ func TestHealthOfMIGDevices(t *testing.T) {
 			}
 			cancel()
 			<-done
+		})
+	}
+}
+
+// TestXIDRecoveryRule drives the real NVML health source through fault files, one case per row
+// of the rule in docs/health.md ("How long a fault lasts").
+func TestXIDRecoveryRule(t *testing.T) {
+	// Far above the poll (50ms) and the mock's file reads (100ms), so that a poll within the
+	// hold is certain to come.
+	const hold = time.Second
+	type step struct {
+		write string // gpu-3's fault file; "-" removes it
+		want  health.State
+		code  string // the XID of the condition, when Unhealthy
+		stays bool   // and the state lasts several holds
+	}
+	tests := map[string]struct {
+		oldDriver bool // no recovery action field
+		// persisted: gpu-3 was tainted with XID 48 before the plugin restarted.
+		persisted bool
+		atStart   string // gpu-3's fault file when the source starts
+		steps     []step
+	}{
+		"XID 109 is ignored by default": {steps: []step{{write: "xid 109", want: health.Healthy, stays: true}}},
+		"recovery action none: transient, clears while the line stays": {steps: []step{
+			{write: "xid 94 none", want: health.Unhealthy, code: "94"},
+			{want: health.Healthy, stays: true},
+		}},
+		"recovery action reset: until the reset": {steps: []step{
+			{write: "xid 48", want: health.Unhealthy, code: "48", stays: true},
+			{write: "-", want: health.Healthy},
+		}},
+		"recovery action turns to reset within the hold: until the reset": {steps: []step{
+			{write: "xid 94 none", want: health.Unhealthy, code: "94"},
+			{write: "xid 94 reset", want: health.Unhealthy, code: "94", stays: true},
+			{write: "-", want: health.Healthy},
+		}},
+		"driver without the field: an XID the catalogue resets after stays until reboot": {oldDriver: true, steps: []step{
+			{write: "xid 48", want: health.Unhealthy, code: "48"},
+			{write: "-", want: health.Unhealthy, code: "48", stays: true},
+		}},
+		"driver without the field: an application XID is transient": {oldDriver: true, steps: []step{
+			{write: "xid 94", want: health.Unhealthy, code: "94"},
+			{want: health.Healthy, stays: true},
+		}},
+		"driver without the field: ECC stays until reboot": {oldDriver: true, steps: []step{
+			{write: "ecc", want: health.Unhealthy},
+			{write: "-", want: health.Unhealthy, stays: true},
+		}},
+		"restart: a fault whose GPU asks for no action any more clears": {persisted: true, steps: []step{
+			{want: health.Healthy, stays: true},
+		}},
+		"restart: a fault whose GPU still asks for a reset stays until the reset": {persisted: true, atStart: "xid 48", steps: []step{
+			{want: health.Unhealthy, code: "48", stays: true},
+			{write: "-", want: health.Healthy},
+		}},
+		"restart, driver without the field: a fault from before stays": {oldDriver: true, persisted: true, steps: []step{
+			{want: health.Unhealthy, code: "48", stays: true},
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.atStart != "" {
+				if err := os.WriteFile(filepath.Join(dir, "gpu-3"), []byte(tc.atStart+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts := []Option{WithFaultDir(dir)}
+			if tc.oldDriver {
+				opts = append(opts, WithoutRecoveryAction())
+			}
+			be, inv := enumerated(t, "h100-8x-2numa", opts...)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			uuids := map[string]string{}
+			for _, d := range inv.Devices {
+				uuids[d.Name] = d.UUID
+			}
+			tr, err := health.NewTracker(health.TrackerOptions{Devices: uuids, Path: filepath.Join(t.TempDir(), "state.json"), BootID: "boot"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.persisted {
+				ev, _ := health.NewClassifier(nil).Classify("gpu-3", 48)
+				if _, _, err := tr.Apply(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src := be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: 50 * time.Millisecond, TransientHold: hold})
+			done := healthtest.WatchTracker(ctx, t, src, tr)
+			state := func() health.DeviceHealth {
+				for _, h := range tr.Snapshot() {
+					if h.Device == "gpu-3" {
+						return h
+					}
+				}
+				return health.DeviceHealth{}
+			}
+			matches := func(h health.DeviceHealth, s step) bool {
+				return h.State == s.want && (s.code == "" || len(h.Conditions) > 0 && h.Conditions[0].Code == s.code)
+			}
+			for i, s := range tc.steps {
+				switch s.write {
+				case "":
+				case "-":
+					if err := os.Remove(filepath.Join(dir, "gpu-3")); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					if err := os.WriteFile(filepath.Join(dir, "gpu-3"), []byte(s.write+"\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var last health.DeviceHealth
+				if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+					last = state()
+					return matches(last, s), nil
+				}); err != nil {
+					t.Fatalf("step %d (%q): gpu-3 is %+v, want %s %s", i, s.write, last, s.want, s.code)
+				}
+				if s.stays {
+					// Long enough for a transient fault's hold to end and for several polls.
+					deadline := time.Now().Add(hold + 500*time.Millisecond)
+					for time.Now().Before(deadline) {
+						if h := state(); !matches(h, s) {
+							t.Fatalf("step %d (%q): gpu-3 became %+v, want it to stay %s %s", i, s.write, h, s.want, s.code)
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

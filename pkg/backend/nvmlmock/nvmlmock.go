@@ -58,6 +58,8 @@ type Server struct {
 	migMu     sync.Mutex
 	migState  *migState
 	stateFile string
+
+	dev *devNodes
 }
 
 // NewServer builds the mock machine of a profile for a node.
@@ -73,7 +75,8 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 	if uuidProfile == "" {
 		uuidProfile = profileName
 	}
-	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile}
+	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile,
+		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset}}
 	for i, g := range p.gpus {
 		minor := p.minor(i)
 		board := minor
@@ -97,7 +100,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 // Backend returns the real NVML backend wired to this mock machine; opts (a test's own stat,
 // for one) apply after the mock's.
 func (s *Server) Backend(opts ...nvmlbackend.Option) *nvmlbackend.Backend {
-	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", append([]nvmlbackend.Option{nvmlbackend.WithStat(s.Stat), nvmlbackend.WithProc(s.ProcFS())}, opts...)...)
+	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", append([]nvmlbackend.Option{nvmlbackend.WithStat(s.dev.stat), nvmlbackend.WithProc(s.ProcFS())}, opts...)...)
 }
 
 // UseStateDir keeps the machine's MIG state in dir (see WithStateDir).
@@ -112,9 +115,11 @@ func (s *Server) UseStateDir(dir string) {
 type Option func(*options)
 
 type options struct {
-	driverVersions map[int]string
-	faultDir       string
-	stateDir       string
+	driverVersions   map[int]string
+	faultDir         string
+	noRecoveryAction bool
+	stateDir         string
+	uvm              *UVMState
 }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
@@ -144,8 +149,11 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	if o.stateDir != "" {
 		s.UseStateDir(o.stateDir)
 	}
+	if o.uvm != nil {
+		s.SetUVM(*o.uvm)
+	}
 	if o.faultDir != "" {
-		s.injectFaults(o.faultDir)
+		s.injectFaults(o.faultDir, o.noRecoveryAction)
 	}
 	if len(o.driverVersions) == 0 {
 		return s.Backend(), nil
@@ -172,31 +180,6 @@ func (b *overrideBackend) Enumerate(ctx context.Context) (*device.Inventory, err
 }
 
 var deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
-
-// Stat is the nvml.StatFunc of the mock machine: it answers for the device nodes the driver
-// creates at load (by base name, wherever the dev root is) with the numbers the NVIDIA driver
-// uses, and fs.ErrNotExist for anything else, /dev/nvidia-caps among it (see ProcFS).
-func (s *Server) Stat(p string) (string, int64, int64, error) {
-	name := path.Base(p)
-	switch name {
-	case "nvidiactl":
-		return "c", nvidiaMajor, nvidiaCtlMinor, nil
-	case "nvidia-uvm":
-		return "c", uvmMajor, 0, nil
-	case "nvidia-uvm-tools":
-		return "c", uvmMajor, 1, nil
-	case "nvidia-modeset":
-		if s.profile.modeset {
-			return "c", nvidiaMajor, nvidiaModesetMin, nil
-		}
-	}
-	if m := deviceNode.FindStringSubmatch(name); m != nil {
-		if minor, err := strconv.Atoi(m[1]); err == nil && minor < len(s.Devices) {
-			return "c", nvidiaMajor, int64(minor), nil
-		}
-	}
-	return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
-}
 
 // nvmlBusID is NVML's spelling of a bus ID: 8-digit domain, upper-case hex.
 func nvmlBusID(busID string) string { return strings.ToUpper("0000" + busID) }

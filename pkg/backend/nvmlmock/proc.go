@@ -56,10 +56,11 @@ func (s *Server) ProcFS() fs.FS { return procFS{s} }
 type procFS struct{ s *Server }
 
 func (p procFS) Open(name string) (fs.File, error) {
-	// In the kernel's format: "%3d %s\n" per driver, character devices first.
-	devices := fmt.Sprintf("Character devices:\n  1 mem\n  4 /dev/vc/0\n  4 tty\n  5 /dev/tty\n 10 misc\n%3d nvidia\n%3d nvidia-uvm\n%3d nvidia-caps\n%3d nvidia-caps-imex-channels\n\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n",
-		nvidiaMajor, uvmMajor, CapsMajor, imexChannelsMajor)
-	m := fstest.MapFS{"devices": &fstest.MapFile{Data: []byte(devices), Mode: 0o444}}
+	devices, err := p.s.dev.procDevices()
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	m := fstest.MapFS{"devices": &fstest.MapFile{Data: devices, Mode: 0o444}}
 	file := func(rel string, minor int, mode fs.FileMode) {
 		m[path.Join(CapabilitiesDir, rel)] = &fstest.MapFile{
 			Data: fmt.Appendf(nil, "DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n", minor, uint32(mode)),

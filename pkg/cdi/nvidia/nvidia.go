@@ -69,6 +69,11 @@ func CommonEdits(ctx context.Context, c Config) (*specs.ContainerEdits, error) {
 		nvcdi.WithDriverRoot(root),
 		nvcdi.WithNVIDIACDIHookPath(hook),
 		nvcdi.WithLogger(logger{klog.FromContext(ctx).WithName("nvcdi")}),
+		// Without it the generator dlopens the driver's libnvidia-sandboxutils into this
+		// process (and tries the library path when the root has none) for per-device answers
+		// that the common edits do not use: device nodes come from the backend. NVIDIA's DRA
+		// driver passes the same flag.
+		nvcdi.WithFeatureFlags(nvcdi.FeatureDisableNvsandboxUtils),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("NVIDIA CDI edits: %w", err)

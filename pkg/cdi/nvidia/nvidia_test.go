@@ -2,12 +2,15 @@ package nvidia
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -149,6 +152,39 @@ func BenchmarkCommonEdits(b *testing.B) {
 	for b.Loop() {
 		if _, err := CommonEdits(context.Background(), Config{NVML: s, DriverRoot: root}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestCommonEditsLeaveSandboxUtilsAlone: the driver root has libnvidia-sandboxutils (as every
+// recent driver has), and the generator neither locates nor loads it. Loading it would
+// dlopen a driver library into the plugin's process at start-up and on every driver change, for
+// per-device answers the plugin does not use (the backend owns the device nodes); NVIDIA's DRA
+// driver turns it off the same way. What the toolkit does is seen in what it logs: it names
+// the library when it looks for it, loads it, or fails to.
+func TestCommonEditsLeaveSandboxUtilsAlone(t *testing.T) {
+	s, root := mockDriver(t)
+	if _, err := os.Stat(filepath.Join(root, nvmlmock.DriverLibDir, "libnvidia-sandboxutils.so.1")); err != nil {
+		t.Fatalf("the mock driver root lacks the library this test is about: %v", err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(10)))
+	ctx := klog.NewContext(context.Background(), logger)
+	if _, err := CommonEdits(ctx, Config{NVML: s, DriverRoot: root}); err != nil {
+		t.Fatal(err)
+	}
+	// The temporary root is named after the test; only what the toolkit says about it counts.
+	logs := strings.ReplaceAll(logger.GetSink().(ktesting.Underlier).GetBuffer().String(), filepath.Dir(root), "<tmp>")
+	if !strings.Contains(logs, "nvcdi") {
+		t.Fatalf("nothing logged by the toolkit at all; the test cannot see what it did:\n%s", logs)
+	}
+	// The library is a driver library like the others and is mounted into containers; what
+	// must not happen is the loader's look-up by soname, its load, or its init.
+	for _, line := range strings.Split(logs, "\n") {
+		for _, use := range []string{"nvsandboxutils", `"libnvidia-sandboxutils.so.1"`, "Using <tmp>/driver/usr/lib64/libnvidia-sandboxutils"} {
+			if strings.Contains(line, use) {
+				t.Errorf("the toolkit's generator used nvsandboxutils: %s", line)
+				break
+			}
 		}
 	}
 }

@@ -21,13 +21,31 @@ func Watch(ctx context.Context, t testing.TB, src health.Source, devs []device.D
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tr, WatchTracker(ctx, t, src, tr)
+}
+
+// WatchTracker runs src into tr until ctx ends, and tr's expiry of transient faults, as the
+// plugin does, and returns a channel that gets Run's error once both have stopped. An event
+// the tracker refuses fails the test.
+func WatchTracker(ctx context.Context, t testing.TB, src health.Source, tr *health.Tracker) <-chan error {
 	done := make(chan error, 1)
+	expired := make(chan struct{})
 	go func() {
-		done <- src.Run(ctx, func(ev health.Event) {
-			if _, _, err := tr.Apply(ev); err != nil {
+		defer close(expired)
+		tr.RunExpiry(ctx, func(_ *health.Transition, err error) {
+			if err != nil {
 				t.Error(err)
 			}
 		})
 	}()
-	return tr, done
+	go func() {
+		err := src.Run(ctx, func(ev health.Event) {
+			if _, _, err := tr.Apply(ev); err != nil {
+				t.Error(err)
+			}
+		})
+		<-expired
+		done <- err
+	}()
+	return done
 }

@@ -67,11 +67,11 @@ func ParseDev(s string) (major, minor int64, err error) {
 	return major, minor, nil
 }
 
-// CharMajor returns the major number /proc/devices (read from r) gives the character-device
-// driver name: the one a driver that allocates its major dynamically (nvidia-caps, nvidia-uvm)
-// got at load. Only the "Character devices:" section counts, and the name must match whole
-// (nvidia-caps is not nvidia-caps-imex-channels).
-func CharMajor(r io.Reader, name string) (int64, error) {
+// CharMajors returns the character-device majors /proc/devices (read from r) lists, by driver
+// name: the numbers drivers that allocate their major dynamically (nvidia-caps, nvidia-uvm) got
+// at load. Only the "Character devices:" section counts.
+func CharMajors(r io.Reader) (map[string]int64, error) {
+	out := map[string]int64{}
 	sc := bufio.NewScanner(r)
 	inChar := false
 	for sc.Scan() {
@@ -86,17 +86,31 @@ func CharMajor(r io.Reader, name string) (int64, error) {
 			continue
 		}
 		num, dev, ok := strings.Cut(line, " ")
-		if !ok || strings.TrimSpace(dev) != name {
+		if !ok {
 			continue
 		}
 		major, err := strconv.ParseInt(num, 10, 32)
 		if err != nil || major <= 0 {
-			return 0, fmt.Errorf("invalid major %q of %s in /proc/devices", num, name)
+			return nil, fmt.Errorf("invalid major %q of %s in /proc/devices", num, strings.TrimSpace(dev))
 		}
-		return major, nil
+		out[strings.TrimSpace(dev)] = major
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading /proc/devices: %w", err)
+		return nil, fmt.Errorf("reading /proc/devices: %w", err)
 	}
-	return 0, fmt.Errorf("no character device %s in /proc/devices", name)
+	return out, nil
+}
+
+// CharMajor returns the major CharMajors finds for the driver name; the name must match whole
+// (nvidia-caps is not nvidia-caps-imex-channels).
+func CharMajor(r io.Reader, name string) (int64, error) {
+	majors, err := CharMajors(r)
+	if err != nil {
+		return 0, err
+	}
+	major, ok := majors[name]
+	if !ok {
+		return 0, fmt.Errorf("no character device %s in /proc/devices", name)
+	}
+	return major, nil
 }

@@ -3,6 +3,7 @@ package devnode
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,5 +112,30 @@ Block devices:
 				t.Fatalf("CharMajor = %d, %v; want %d", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCharMajors: every character device of the list, and only those: a block device of the
+// same name does not replace a character device's major.
+func TestCharMajors(t *testing.T) {
+	const procDevices = `Character devices:
+  1 mem
+  5 /dev/tty
+195 nvidia
+234 nvidia-nvswitch
+508 nvidia-uvm
+509 nvidia-caps
+
+Block devices:
+  8 sd
+510 nvidia-uvm
+`
+	got, err := CharMajors(strings.NewReader(procDevices))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"mem": 1, "/dev/tty": 5, "nvidia": 195, "nvidia-nvswitch": 234, "nvidia-uvm": 508, "nvidia-caps": 509}
+	if !maps.Equal(got, want) {
+		t.Errorf("CharMajors = %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,162 @@
+package nodeplugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/accel-dra/accel-dra/pkg/backend"
+	"github.com/accel-dra/accel-dra/pkg/checkpoint"
+)
+
+// TestHealthzDuringSlowStart runs the plugin against an API server that accepts connections
+// and never answers, with a prepared claim in the checkpoint, so that its start-up waits on the
+// API server (Reconcile asks whether the claim still exists). While it waits, /healthz answers
+// at once, saying that the plugin is starting and what it waits for, /readyz says not ready,
+// and /metrics is served; the plugin stops when told to.
+func TestHealthzDuringSlowStart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	silent := make(chan struct{})
+	api := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-silent:
+		case <-r.Context().Done():
+		}
+	}))
+	defer api.Close()
+	defer close(silent)
+
+	// Unix socket paths are limited to 108 bytes; t.TempDir() can be longer.
+	dir, err := os.MkdirTemp("", "start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, api.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const boot = "11111111-1111-1111-1111-111111111111"
+	bootFile := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(bootFile, []byte(boot+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.NodeName, o.Backend, o.Kube.Kubeconfig, o.BootIDFile = "node-a", backend.Mock, kubeconfig, bootFile
+	o.PluginDataDir, o.RegistrarDir, o.CDIRoot = filepath.Join(dir, "p"), filepath.Join(dir, "r"), filepath.Join(dir, "cdi")
+	o.DriverCheckInterval, o.DeviceHealth = 0, false
+	o.HTTPAddress = freeAddress(t)
+	// A claim prepared by an earlier instance, which Reconcile asks the API server about.
+	store, err := checkpoint.Open(filepath.Join(o.PluginDataDir, "checkpoint"), boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(checkpoint.Claim{UID: "u1", Namespace: "ns", Name: "claim-u1", State: checkpoint.StatePrepareCompleted,
+		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-0", CDIDeviceIDs: []string{"accel-dra.io/gpu=u1-gpu-0"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- Run(runCtx, o) }()
+
+	get := func(path string) (int, string, error) {
+		resp, err := http.Get("http://" + o.HTTPAddress + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	var code int
+	var body string
+	var lastErr error
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		code, body, lastErr = get("/healthz")
+		return lastErr == nil && strings.Contains(body, "API server"), nil
+	}); err != nil {
+		t.Fatalf("/healthz during start-up: %d %q, %v; want an answer naming the API server it waits for", code, body, lastErr)
+	}
+	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting:") {
+		t.Errorf("/healthz during start-up = %d %q, want 503 starting: ...", code, body)
+	}
+	if code, body, err := get("/readyz"); err != nil || code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during start-up = %d %q, %v; want 503", code, body, err)
+	}
+	if code, _, err := get("/metrics"); err != nil || code != http.StatusOK {
+		t.Errorf("/metrics during start-up = %d, %v", code, err)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of its context ending")
+	}
+}
+
+// freeAddress returns a loopback address with a port nothing listens on now.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// TestStartupEndpoints: /healthz and /readyz say what the start-up waits for until the plugin
+// serves, and then hand over to the health checker and the registration.
+func TestStartupEndpoints(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	s := newStartup()
+	get := func(h http.HandlerFunc) (int, string) {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		return rec.Code, strings.TrimSpace(rec.Body.String())
+	}
+	s.waitFor(ctx, "the checkpoint")
+	for name, h := range map[string]http.HandlerFunc{"/healthz": s.serveHealthz, "/readyz": s.serveReadyz} {
+		if code, body := get(h); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting: waiting for the checkpoint (for ") {
+			t.Errorf("%s while starting = %d %q", name, code, body)
+		}
+	}
+	registered := false
+	s.serving(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }), func() error {
+		if !registered {
+			return fmt.Errorf("not registered with the kubelet yet")
+		}
+		return nil
+	})
+	if code, body := get(s.serveHealthz); code != http.StatusOK || body != "ok" {
+		t.Errorf("/healthz serving = %d %q", code, body)
+	}
+	if code, body := get(s.serveReadyz); code != http.StatusServiceUnavailable || body != "not registered with the kubelet yet" {
+		t.Errorf("/readyz serving, not registered = %d %q", code, body)
+	}
+	registered = true
+	if code, body := get(s.serveReadyz); code != http.StatusOK || body != "ok" {
+		t.Errorf("/readyz registered = %d %q", code, body)
+	}
+}
