@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -191,16 +193,30 @@ func checkOnlyDevices(t *testing.T, kind string, rec fakecri.ContainerRecord, de
 }
 
 // checkGPUDriverFiles: the driver's libraries, nvidia-smi and firmware from the mock's driver
-// root, mounted from paths that exist; the toolkit's four hooks; NVIDIA_VISIBLE_DEVICES=void.
+// root, mounted from paths that exist; the toolkit's four hooks, run by the copy of the hook the
+// plugin ships that it installed on the node; NVIDIA_VISIBLE_DEVICES=void.
 func checkGPUDriverFiles(t *testing.T, rec fakecri.ContainerRecord, _ []string) {
 	t.Helper()
 	checkMounts(t, rec, "/usr/lib64/libcuda.so."+mockNVIDIADriverVersion, "/usr/lib64/libnvidia-ml.so."+mockNVIDIADriverVersion,
 		"/usr/bin/nvidia-smi", "/lib/firmware/nvidia/"+mockNVIDIADriverVersion+"/gsp_ga10x.bin", "/run/nvidia-persistenced/socket")
+	shipped, err := framework.Binary("nvidia-cdi-hook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hooks := map[string]bool{}
 	for _, h := range rec.Hooks["createContainer"] {
-		if len(h.Args) > 1 && h.Path == "/usr/bin/nvidia-cdi-hook" {
-			hooks[h.Args[1]] = true
+		if len(h.Args) < 2 || filepath.Base(h.Path) != "nvidia-cdi-hook" {
+			continue
 		}
+		if got, err := os.ReadFile(h.Path); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("container %s: hook %s runs %s (%v), not an installed copy of the hook the plugin ships (%s)", rec.ContainerName, h.Args[1], h.Path, err, shipped)
+			continue
+		}
+		hooks[h.Args[1]] = true
 	}
 	for _, h := range []string{"create-symlinks", "update-ldcache", "enable-cuda-compat", "disable-device-node-modification"} {
 		if !hooks[h] {

@@ -632,17 +632,20 @@ func TestDriverRootValues(t *testing.T) {
 		wantAscendExtra []string
 	}{
 		"gpu defaults": {driver: "gpu.accel-dra.io",
+			wantNVIDIA: [3]string{"/driver-root", "/", ""}, wantAscend: [2]string{"/", ""}},
+		"host's toolkit": {driver: "gpu.accel-dra.io",
+			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaCDIHookPath": "/usr/bin/nvidia-cdi-hook"}}},
 			wantNVIDIA: [3]string{"/driver-root", "/", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
 		"gpu operator": {driver: "gpu.accel-dra.io",
 			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver", "nvidiaCDIHookPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}}},
 			wantNVIDIA: [3]string{"/driver-root", "/run/nvidia/driver", "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
 		"gpu without driver root": {driver: "gpu.accel-dra.io",
 			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": ""}}},
-			wantNVIDIA: [3]string{"", "", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
+			wantNVIDIA: [3]string{"", "", ""}, wantAscend: [2]string{"/", ""}},
 		"npu with extra paths": {driver: "npu.accel-dra.io",
 			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"enabled": false},
 				"npu": map[string]any{"enabled": true, "ascendDriverRoot": "/opt/host", "ascendExtraDriverPaths": []any{"/etc/hccn.conf", "/usr/local/Ascend/driver/tools"}}}},
-			wantNVIDIA: [3]string{"/", "", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/ascend-driver-root", "/opt/host"},
+			wantNVIDIA: [3]string{"/", "", ""}, wantAscend: [2]string{"/ascend-driver-root", "/opt/host"},
 			wantAscendExtra: []string{"/etc/hccn.conf", "/usr/local/Ascend/driver/tools"}},
 	}
 	for name, tc := range tests {

@@ -57,7 +57,8 @@ func Binary(name string) (string, error) {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "./cmd/...")
+		// The plugin installs the toolkit's hook that ships beside it (hack/build.sh builds it too).
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "./cmd/...", "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook")
 		cmd.Dir = root
 		// The plugin needs cgo (go-nvml); see the Makefile.
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")

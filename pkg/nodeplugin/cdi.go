@@ -70,6 +70,14 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 				return nil, err
 			}
 		}
+		if s.nvidia.DriverRoot != "" && s.nvidia.HookPath == "" {
+			hook, err := installHook(o)
+			if err != nil {
+				return nil, err
+			}
+			klog.FromContext(ctx).V(2).Info("Installed the NVIDIA CDI hook the specs run", "path", hook)
+			s.nvidia.HookPath = hook
+		}
 		s.root, s.hostRoot, s.first = s.nvidia.DriverRoot, s.nvidia.HostDriverRoot, be
 		opts := backend.Options{Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName, SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir}
 		s.openNVML = func(ctx context.Context) (nvml.Interface, func(), error) {
@@ -107,6 +115,24 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 		klog.FromContext(ctx).Info("No driver root: containers get device nodes only and must get the driver another way", "kind", kind)
 	}
 	return s, nil
+}
+
+// installHook installs the nvidia-cdi-hook the plugin ships under its data directory, which the
+// container runtime on the host sees at the same path (docs/cdi.md).
+func installHook(o *Options) (string, error) {
+	src := o.NVIDIACDIHookSource
+	if src == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding the %s the plugin ships: %w", nvidiacdi.HookName, err)
+		}
+		src = filepath.Join(filepath.Dir(exe), nvidiacdi.HookName)
+	}
+	hook, err := nvidiacdi.InstallHook(src, filepath.Join(o.PluginDataDir, nvidiacdi.HookName))
+	if err != nil {
+		return "", fmt.Errorf("%w (or set --nvidia-cdi-hook-path to a hook the node has)", err)
+	}
+	return hook, nil
 }
 
 func library(be device.Backend) (nvml.Interface, error) {

@@ -3,11 +3,23 @@ package nodeplugin
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
+	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 )
+
+// fakeHook is a file standing in for the nvidia-cdi-hook the plugin ships.
+func fakeHook(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), nvidiacdi.HookName)
+	if err := os.WriteFile(p, []byte("the plugin's hook"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // TestCommonEditsOfMockBackends: each mock backend generates its driver root in the mock
 // directory, and the same generators as on a real node find the driver there.
@@ -22,6 +34,7 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			o.Backend, o.NodeName, o.MockDir = name, "node-a", t.TempDir()
 			// Ignored by the mocks: they bring their own driver.
 			o.NVIDIADriverRoot, o.AscendDriverRoot = "/nonexistent", "/nonexistent"
+			o.PluginDataDir, o.NVIDIACDIHookSource = t.TempDir(), fakeHook(t)
 			be, err := backend.New(ctx, backend.Options{Name: name, NodeName: o.NodeName, MockDir: o.MockDir})
 			if err != nil {
 				t.Fatal(err)
@@ -50,6 +63,19 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("no mount of %s in %+v", want, e.Mounts)
+			}
+			// GPU specs run the hook the plugin installed under its data directory, which the
+			// runtime sees at the same path; a node need not have the toolkit.
+			for _, h := range e.Hooks {
+				if dir := filepath.Dir(filepath.Dir(h.Path)); dir != filepath.Join(o.PluginDataDir, nvidiacdi.HookName) {
+					t.Errorf("hook %v runs %s, want the copy under %s", h.Args, h.Path, o.PluginDataDir)
+				}
+				if data, err := os.ReadFile(h.Path); err != nil || string(data) != "the plugin's hook" {
+					t.Errorf("hook %s: %q, %v; want the installed copy of the plugin's hook", h.Path, data, err)
+				}
+			}
+			if name == backend.Mock && len(e.Hooks) == 0 {
+				t.Error("GPU edits without hooks")
 			}
 			// A recomputation (after a driver change) opens its own backend, the enumerating one
 			// being closed by then, and finds the same driver.

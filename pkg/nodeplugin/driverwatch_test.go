@@ -96,6 +96,7 @@ func TestDriverChange(t *testing.T) {
 			ctx := context.Background()
 			o := NewOptions()
 			o.NodeName, o.MockDir = node, t.TempDir()
+			o.PluginDataDir, o.NVIDIACDIHookSource = t.TempDir(), fakeHook(t)
 			be, noop, upgrade := tc.open(t, o)
 			inv, err := be.Enumerate(ctx)
 			if err != nil {

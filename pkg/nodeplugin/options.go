@@ -50,7 +50,12 @@ type Options struct {
 	// sees them (empty: the same path). See docs/cdi.md.
 	NVIDIADriverRoot     string
 	NVIDIAHostDriverRoot string
-	NVIDIACDIHookPath    string
+	// NVIDIACDIHookPath is the host's nvidia-cdi-hook for the specs' hooks; empty: the hook the
+	// plugin ships (NVIDIACDIHookSource) is installed under PluginDataDir and used.
+	NVIDIACDIHookPath string
+	// NVIDIACDIHookSource is the hook the plugin ships; empty: nvidia-cdi-hook beside the
+	// plugin's executable (the image's /usr/bin, make build's bin/).
+	NVIDIACDIHookSource string
 	// NVIDIAProcRoot is where this process sees the host's /proc, for the MIG devices'
 	// /dev/nvidia-caps nodes (docs/mig.md).
 	NVIDIAProcRoot       string
@@ -86,19 +91,18 @@ type Options struct {
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:          os.Getenv("NODE_NAME"),
-		Backend:           "nvml",
-		SysfsRoot:         "/sys",
-		DevRoot:           "/dev",
-		CDIRoot:           "/var/run/cdi",
-		RegistrarDir:      "/var/lib/kubelet/plugins_registry",
-		BootIDFile:        bootid.DefaultPath,
-		HTTPAddress:       ":8080",
-		PodUID:            os.Getenv("POD_UID"),
-		NVIDIADriverRoot:  "/",
-		NVIDIACDIHookPath: nvidiacdi.DefaultHookPath,
-		NVIDIAProcRoot:    nvmlbackend.DefaultProcRoot,
-		AscendDriverRoot:  "/",
+		NodeName:         os.Getenv("NODE_NAME"),
+		Backend:          "nvml",
+		SysfsRoot:        "/sys",
+		DevRoot:          "/dev",
+		CDIRoot:          "/var/run/cdi",
+		RegistrarDir:     "/var/lib/kubelet/plugins_registry",
+		BootIDFile:       bootid.DefaultPath,
+		HTTPAddress:      ":8080",
+		PodUID:           os.Getenv("POD_UID"),
+		NVIDIADriverRoot: "/",
+		NVIDIAProcRoot:   nvmlbackend.DefaultProcRoot,
+		AscendDriverRoot: "/",
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
 		DriverCheckInterval: 30 * time.Second,
 		DeviceHealth:        true,
@@ -128,7 +132,8 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this plugin's pod (default from $POD_UID); enables the kubelet's rolling update of the plugin with surge.")
 	fs.StringVar(&o.NVIDIADriverRoot, "nvidia-driver-root", o.NVIDIADriverRoot, "Root of the NVIDIA driver installation as this process sees it (the host's / mounted into the container, or the GPU operator's driver root); its libraries, binaries and firmware go into every GPU container's CDI spec. Empty: GPU containers get device nodes only. The mock backend generates its own.")
 	fs.StringVar(&o.NVIDIAHostDriverRoot, "nvidia-host-driver-root", o.NVIDIAHostDriverRoot, "The same tree as --nvidia-driver-root as the container runtime on the host sees it (default: the same path).")
-	fs.StringVar(&o.NVIDIACDIHookPath, "nvidia-cdi-hook-path", o.NVIDIACDIHookPath, "Path on the host of the NVIDIA container toolkit's nvidia-cdi-hook, which the CDI specs' hooks run.")
+	fs.StringVar(&o.NVIDIACDIHookPath, "nvidia-cdi-hook-path", o.NVIDIACDIHookPath, "Path on the host of an NVIDIA container toolkit nvidia-cdi-hook for the CDI specs' hooks to run (e.g. "+nvidiacdi.DefaultHookPath+", or the GPU operator's /usr/local/nvidia/toolkit/nvidia-cdi-hook). Empty: the plugin installs the hook it ships (--nvidia-cdi-hook-source) under --plugin-data-dir and uses that, so that nodes need no toolkit.")
+	fs.StringVar(&o.NVIDIACDIHookSource, "nvidia-cdi-hook-source", o.NVIDIACDIHookSource, "The nvidia-cdi-hook the plugin ships and installs when --nvidia-cdi-hook-path is empty (default: nvidia-cdi-hook beside the plugin's executable).")
 	fs.StringVar(&o.NVIDIAProcRoot, "nvidia-proc-root", o.NVIDIAProcRoot, "Where this process sees the host's /proc: the nvml backend reads devices (the nvidia-caps major) and driver/nvidia/capabilities (each MIG instance's caps node minor and mode) under it, and puts the /dev/nvidia-caps nodes in MIG devices' CDI specs fully specified, for the runtime to create. The container's own /proc serves unless the runtime masks /proc/driver/nvidia; then mount the host's /proc elsewhere. The mock backend has its own.")
 	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
 	fs.StringVar(&o.AscendHostDriverRoot, "ascend-host-driver-root", o.AscendHostDriverRoot, "The same tree as --ascend-driver-root as the container runtime on the host sees it (default: the same path).")

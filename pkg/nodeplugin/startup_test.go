@@ -62,7 +62,7 @@ current-context: c
 	o.NodeName, o.Backend, o.Kube.Kubeconfig, o.BootIDFile = "node-a", backend.Mock, kubeconfig, bootFile
 	o.PluginDataDir, o.RegistrarDir, o.CDIRoot = filepath.Join(dir, "p"), filepath.Join(dir, "r"), filepath.Join(dir, "cdi")
 	o.DriverCheckInterval, o.DeviceHealth = 0, false
-	o.HTTPAddress = freeAddress(t)
+	o.HTTPAddress, o.NVIDIACDIHookSource = freeAddress(t), fakeHook(t)
 	// A claim prepared by an earlier instance, which Reconcile asks the API server about.
 	store, err := checkpoint.Open(filepath.Join(o.PluginDataDir, "checkpoint"), boot)
 	if err != nil {
