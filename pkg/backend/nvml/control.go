@@ -40,8 +40,8 @@ var controlNodes = []struct {
 // controlResolver looks the control nodes up: a stat each, and /proc/devices for a missing one.
 // It holds no NVML, so it answers after the backend is closed.
 type controlResolver struct {
-	stat        StatFunc
-	devRoot     string
+	stat    StatFunc
+	devRoot string
 	// proc is the host's /proc (WithProc; the kernel has one /proc/devices for all namespaces, so
 	// a plugin in a container reads the host's); nil: a missing control node is left out.
 	proc   fs.FS
