@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Cluster Autoscaler (clusterapi provider) three ways from the pinned, unmodified
-# sources in ../shared/third_party/cluster-autoscaler, caches the binaries by the hash of
+# sources in third_party/cluster-autoscaler (see its README), caches the binaries by the hash of
 # everything they are built from, and prints the directory that holds them:
 #
 #   cluster-autoscaler-pinned     as pinned (synthetic template pool with resourceSliceCount 0)
@@ -12,12 +12,12 @@
 #   hack/build-autoscaler.sh           # build (or reuse) and print the bin dir
 #   hack/build-autoscaler.sh --test    # also run the patched provider's own unit tests
 #
-# Sources: $AUTOSCALER_SRC (default ../shared/third_party/cluster-autoscaler beside this clone).
+# Sources: $AUTOSCALER_SRC (default third_party/cluster-autoscaler of this repository).
 # Cache: $ACCEL_DRA_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-src=${AUTOSCALER_SRC:-$repo/../shared/third_party/cluster-autoscaler}
+src=${AUTOSCALER_SRC:-$repo/third_party/cluster-autoscaler}
 src=$(cd "$src" && pwd)
 run_tests=false
 [ "${1:-}" = --test ] && run_tests=true
