@@ -7,6 +7,8 @@
 #              and BIN/<binary> as well for the host's platform, which is what the e2e tests,
 #              the demo and the benchmarks run (ACCEL_DRA_BIN_DIR=BIN)
 #   GO         the go command (default go)
+#   ONLY_<os>_<arch>  build only these binaries (space-separated names) for that platform, e.g.
+#              CI's ONLY_linux_arm64: the cgo plugin and its hook
 #   CC_<arch>  the C cross compiler for a foreign arch (default CC_arm64=aarch64-linux-gnu-gcc,
 #              CC_amd64=x86_64-linux-gnu-gcc, Debian's gcc-aarch64-linux-gnu and
 #              gcc-x86-64-linux-gnu packages)
@@ -55,6 +57,8 @@ for platform in $PLATFORMS; do
   fi
   for entry in "${BINARIES[@]}"; do
     b=${entry%%=*} src=./cmd/$b
+    only_var=ONLY_${os}_${arch}
+    [ -z "${!only_var:-}" ] || case " ${!only_var} " in *" $b "*) ;; *) continue ;; esac
     [ "$b" = "$entry" ] || src=${entry#*=}
     [ "$b" != "$entry" ] || [ -d "cmd/$b" ] || continue
     cgo=0

@@ -52,7 +52,7 @@ if [ "$images" = local ]; then
 else
   node_image=${KIND_NODE_IMAGE:-}
   plugin_image=accel-dra-kubelet-plugin:${IMAGE_TAG:-dev}
-  workload_image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
+  workload_image=debian:bookworm-slim
   say "building $plugin_image"
   docker build --target plugin -t "$plugin_image" "$ROOT"
 fi
