@@ -54,7 +54,8 @@ COPY go.mod go.sum ./
 COPY api/template/go.mod api/template/go.sum api/template/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# The plugin goes to /out/cgo (a glibc base), the publisher and accelctl to /out/static.
+# The plugin goes to /out/cgo (a glibc base); the static ones (the publisher, accelctl, the hook,
+# the GPU mock's tools) to /out/static.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     set -eu; \
     target=${TARGETARCH:-$(go env GOARCH)}; \
@@ -71,7 +72,7 @@ FROM scratch AS prebuilt
 ARG TARGETOS=linux
 ARG TARGETARCH
 COPY bin/${TARGETOS}_${TARGETARCH}/accel-dra-kubelet-plugin /out/cgo/
-COPY bin/${TARGETOS}_${TARGETARCH}/accel-dra-template-publisher bin/${TARGETOS}_${TARGETARCH}/accelctl bin/${TARGETOS}_${TARGETARCH}/nvidia-cdi-hook /out/static/
+COPY bin/${TARGETOS}_${TARGETARCH}/accel-dra-template-publisher bin/${TARGETOS}_${TARGETARCH}/accelctl bin/${TARGETOS}_${TARGETARCH}/nvidia-cdi-hook bin/${TARGETOS}_${TARGETARCH}/accel-dra-mock-nvidia /out/static/
 
 FROM ${BINARIES} AS binaries
 
@@ -95,5 +96,8 @@ COPY --from=binaries /out/cgo/ /usr/bin/
 # The NVIDIA toolkit's hook, which the GPU specs' createContainer hooks run; the plugin copies
 # it onto the node (docs/cdi.md), so nodes need no toolkit of their own.
 COPY --from=binaries /out/static/nvidia-cdi-hook /usr/bin/
+# The GPU mock's driver tools (static): the mock backend's driver root holds them as nvidia-smi
+# and the other driver binaries, which containers on mock nodes run (docs/install.md).
+COPY --from=binaries /out/static/accel-dra-mock-nvidia /usr/bin/
 USER 0:0
 ENTRYPOINT ["/usr/bin/accel-dra-kubelet-plugin"]

@@ -26,8 +26,10 @@ BIN=${BIN:-$PWD/bin}
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
 # name, or name=package for a binary of another module: nvidia-cdi-hook is the NVIDIA container
 # toolkit's hook, from the toolkit version go.mod requires, which the plugin image ships and the
-# plugin installs on the node for the CDI specs' hooks (docs/cdi.md).
-BINARIES=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl
+# plugin installs on the node for the CDI specs' hooks (docs/cdi.md). accel-dra-mock-nvidia is
+# the GPU mock's driver tools (nvidia-smi, ...), which the plugin image ships beside the plugin
+# for the mock's driver root; containers run it, so it is static (no cgo) like the publisher.
+BINARIES=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl accel-dra-mock-nvidia
   nvidia-cdi-hook=github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook)
 CGO_BINARIES=" accel-dra-kubelet-plugin nvidia-cdi-hook "
 # The hook runs on the node, outside any image, so it must not depend on the node's C library:

@@ -24,10 +24,10 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
-// TestMPS: a claim with sharing strategy MPS gets its own MPS control daemon (the
-// e2e/fakempscontrol stand-in, which records what it was asked), whose pipe and log directories
-// its container gets, and whose /dev/shm is the container's: a tmpfs of the claim's own,
-// mounted on the host, which a second MPS claim does not share. The GPU is in the
+// TestMPS: a claim with sharing strategy MPS gets its own MPS control daemon (the GPU mock's
+// nvidia-cuda-mps-control stand-in, which records what it was asked), whose pipe and log
+// directories its container gets, and whose /dev/shm is the container's: a tmpfs of the
+// claim's own, mounted on the host, which a second MPS claim does not share. The GPU is in the
 // EXCLUSIVE_PROCESS compute mode while the claim is prepared. A kill -9 of the plugin leaves the
 // daemon running and the restarted plugin adopts it; a daemon that died with the plugin is
 // started again, on the same tmpfs; nothing (daemon, directory, mount, compute mode) is left
@@ -35,7 +35,7 @@ import (
 func TestMPS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ctl := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	ctl := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
 	e, _ := startEnv(ctx, t, "--nvidia-mps-control-path="+ctl)
 	mps := sharing.MPS{Control: ctl, Root: filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mps")}
 	mockDir := filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mock")

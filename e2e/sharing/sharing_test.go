@@ -78,7 +78,7 @@ func startEnv(ctx context.Context, t *testing.T, pluginArgs ...string) (*env, []
 func TestConsumableMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	ctl := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	ctl := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
 	e, slices := startEnv(ctx, t, "--consumable-memory", "--nvidia-mps-control-path="+ctl)
 	var uuid0 string
 	for _, s := range slices {

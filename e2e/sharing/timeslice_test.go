@@ -21,14 +21,14 @@ import (
 )
 
 // TestTimeSlicing: one claim with sharing strategy TimeSlicing, used by two pods: both run on
-// its GPU, the plugin sets the interval with nvidia-smi (the e2e/fakesmi stand-in, which records
-// what it was asked) once, after putting the GPU in the DEFAULT compute mode, and puts the default
-// interval back once both pods and the claim are gone, also when the plugin was killed (kill -9)
-// in between.
+// its GPU, the plugin sets the interval with nvidia-smi (the GPU mock's stand-in, which
+// records what it was asked) once, after putting the GPU in the DEFAULT compute mode, and puts
+// the default interval back once both pods and the claim are gone, also when the plugin was
+// killed (kill -9) in between.
 func TestTimeSlicing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	smi := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakesmi", "nvidia-smi")
+	smi := standin.Build(t, standin.MockTools, "nvidia-smi")
 	e, _ := startEnv(ctx, t, "--nvidia-smi-path="+smi)
 
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sliced"}, Spec: resourceapi.ResourceClaimSpec{

@@ -18,7 +18,7 @@ root=$(cd "$here/../.." && pwd)
 log() { echo "plugin-image: $*" >&2; }
 BIN=${BIN:-$root/bin}
 arch=$(go env GOARCH)
-bins=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl nvidia-cdi-hook)
+bins=(accel-dra-kubelet-plugin accel-dra-template-publisher accelctl nvidia-cdi-hook accel-dra-mock-nvidia)
 for b in "${bins[@]}"; do
   [ -x "$BIN/linux_$arch/$b" ] || { log "$BIN/linux_$arch/$b is missing: run make build"; exit 1; }
 done

@@ -51,7 +51,7 @@ func (f *fakeModes) take() string {
 
 func mpsEnv(t *testing.T) (*env, *sharing.MPS, *fakeModes) {
 	standin.NeedMount(t)
-	bin := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	bin := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
 	m := &sharing.MPS{Control: bin, Root: filepath.Join(t.TempDir(), "mps")}
 	f := &fakeModes{modes: map[string]device.ComputeMode{}, fail: map[string]bool{}}
 	_, ctx := ktesting.NewTestContext(t)

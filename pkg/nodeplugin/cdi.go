@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +22,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
 	ascendcdi "github.com/accel-dra/accel-dra/pkg/cdi/ascend"
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -45,6 +48,10 @@ type driverSource struct {
 	// first is the backend the plugin enumerated with, for the computation at start-up; nil
 	// afterwards.
 	first device.Backend
+	// mockMachine: the driver root is the GPU mock's, whose description of the machine
+	// (machine.Path) containers get as well, for the mock's nvidia-smi. On a real node the
+	// tools ask the driver through /dev/nvidiactl, which the specs give containers.
+	mockMachine bool
 }
 
 // newDriverSource resolves where the node's driver is. The mock backends generate a fake
@@ -61,14 +68,21 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 			if err != nil {
 				return nil, err
 			}
-			version, ret := lib.SystemGetDriverVersion()
-			if ret != nvml.SUCCESS {
-				return nil, fmt.Errorf("mock driver version: %v", ret)
-			}
 			s.nvidia.DriverRoot, s.nvidia.HostDriverRoot = filepath.Join(o.MockDir, "nvidia-driver-root"), ""
-			if err := nvmlmock.WriteDriverRoot(s.nvidia.DriverRoot, version); err != nil {
+			var opts []nvmlmock.DriverRootOption
+			tools, err := mockTools(o)
+			if err != nil {
 				return nil, err
 			}
+			if tools != "" {
+				opts = append(opts, nvmlmock.WithTools(tools))
+			} else {
+				klog.FromContext(ctx).Info("No GPU mock tools beside the plugin: the mock driver root's nvidia-smi and other binaries are scripts that only print their name", "name", mockToolsName)
+			}
+			if err := nvmlmock.WriteDriverRoot(s.nvidia.DriverRoot, lib, opts...); err != nil {
+				return nil, err
+			}
+			s.mockMachine = true
 		}
 		if s.nvidia.DriverRoot != "" && s.nvidia.HookPath == "" {
 			hook, err := installHook(o)
@@ -115,6 +129,32 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 		klog.FromContext(ctx).Info("No driver root: containers get device nodes only and must get the driver another way", "kind", kind)
 	}
 	return s, nil
+}
+
+// mockToolsName is the GPU mock's tools binary, which the plugin image ships beside the plugin.
+const mockToolsName = "accel-dra-mock-nvidia"
+
+// mockTools returns the GPU mock's tools for the mock driver root: --mock-tools-source, which
+// must exist, or the binary beside the plugin's executable, or "" where there is none (unit tests
+// that do not build it).
+func mockTools(o *Options) (string, error) {
+	if o.MockToolsSource != "" {
+		if _, err := os.Stat(o.MockToolsSource); err != nil {
+			return "", fmt.Errorf("--mock-tools-source: %w", err)
+		}
+		return o.MockToolsSource, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the %s the plugin ships: %w", mockToolsName, err)
+	}
+	p := filepath.Join(filepath.Dir(exe), mockToolsName)
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("finding the %s the plugin ships: %w", mockToolsName, err)
+	}
+	return p, nil
 }
 
 // installHook installs the nvidia-cdi-hook the plugin ships under its data directory, which the
@@ -168,7 +208,16 @@ func (s *driverSource) edits(ctx context.Context) (*specs.ContainerEdits, error)
 		}
 		cfg := s.nvidia
 		cfg.NVML = lib
-		return nvidiacdi.CommonEdits(ctx, cfg)
+		edits, err := nvidiacdi.CommonEdits(ctx, cfg)
+		if err != nil || !s.mockMachine {
+			return edits, err
+		}
+		edits.Mounts = append(edits.Mounts, &specs.Mount{
+			HostPath:      filepath.Join(s.root, machine.Path),
+			ContainerPath: "/" + machine.Path,
+			Options:       []string{"ro", "nosuid", "nodev", "rbind", "rprivate"},
+		})
+		return edits, nil
 	default:
 		return ascendcdi.CommonEdits(ctx, s.ascend)
 	}

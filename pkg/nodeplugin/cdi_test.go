@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 )
 
@@ -108,4 +110,66 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 			t.Error("unknown kind accepted")
 		}
 	})
+}
+
+// TestMockDriverRootForContainers: the GPU mock's driver root holds the mock's tools (from
+// --mock-tools-source) as the driver binaries that the specs mount, and the specs mount the
+// machine's description, which the tools read in the container, where the driver root puts it.
+// A --mock-tools-source that does not exist is an error.
+func TestMockDriverRootForContainers(t *testing.T) {
+	ctx := context.Background()
+	newOptions := func(t *testing.T) *Options {
+		o := NewOptions()
+		o.Backend, o.NodeName, o.MockDir = backend.Mock, "node-a", t.TempDir()
+		o.PluginDataDir, o.NVIDIACDIHookSource = t.TempDir(), fakeHook(t)
+		o.MockToolsSource = filepath.Join(t.TempDir(), "accel-dra-mock-nvidia")
+		if err := os.WriteFile(o.MockToolsSource, []byte("the mock's tools"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	o := newOptions(t)
+	be, err := backend.New(ctx, backend.Options{Name: o.Backend, NodeName: o.NodeName, MockDir: o.MockDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = be.Close() }()
+	src, err := newDriverSource(ctx, o, be, "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := src.edits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := map[string]string{}
+	for _, m := range e.Mounts {
+		mounts[m.ContainerPath] = m.HostPath
+	}
+	for _, bin := range []string{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control"} {
+		if data, err := os.ReadFile(mounts[bin]); err != nil || string(data) != "the mock's tools" {
+			t.Errorf("%s is mounted from %q: %q, %v; want the mock's tools", bin, mounts[bin], data, err)
+		}
+	}
+	desc, ok := mounts["/"+machine.Path]
+	if !ok {
+		t.Fatalf("no mount of the machine's description /%s in %v", machine.Path, mounts)
+	}
+	// In the container the tools find it beside themselves.
+	if want := machine.Beside("/usr/bin/nvidia-smi"); want != "/"+machine.Path {
+		t.Errorf("the tools look for the description at %s, the specs mount it at /%s", want, machine.Path)
+	}
+	m, err := machine.Read(desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.GPUs) != 8 {
+		t.Errorf("the description has %d GPUs, want the 8 of the default profile", len(m.GPUs))
+	}
+
+	bad := newOptions(t)
+	bad.MockToolsSource = filepath.Join(t.TempDir(), "missing")
+	if _, err := newDriverSource(ctx, bad, be, "gpu"); err == nil || !strings.Contains(err.Error(), bad.MockToolsSource) {
+		t.Errorf("a missing --mock-tools-source: error %v, want one naming it", err)
+	}
 }

@@ -56,7 +56,7 @@ func TestDriverChange(t *testing.T) {
 				// NVML initialised anew reports the new driver's version (the plugin opens a new
 				// backend for it; here the same mock machine with the new version).
 				srv.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "580.65.06", nvml.SUCCESS }
-				if err := nvmlmock.WriteDriverRoot(root, "580.65.06"); err != nil {
+				if err := nvmlmock.WriteDriverRoot(root, srv); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -56,6 +56,11 @@ type Options struct {
 	// NVIDIACDIHookSource is the hook the plugin ships; empty: nvidia-cdi-hook beside the
 	// plugin's executable (the image's /usr/bin, make build's bin/).
 	NVIDIACDIHookSource string
+	// MockToolsSource is the GPU mock's tools (cmd/accel-dra-mock-nvidia) that the mock's driver
+	// root holds as nvidia-smi and the other driver binaries; empty: accel-dra-mock-nvidia
+	// beside the plugin's executable, or, where there is none, scripts that only print their
+	// name.
+	MockToolsSource string
 	// NVIDIAProcRoot is where this process sees the host's /proc, for the MIG devices'
 	// /dev/nvidia-caps nodes (docs/mig.md).
 	NVIDIAProcRoot       string
@@ -134,6 +139,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.NVIDIAHostDriverRoot, "nvidia-host-driver-root", o.NVIDIAHostDriverRoot, "The same tree as --nvidia-driver-root as the container runtime on the host sees it (default: the same path).")
 	fs.StringVar(&o.NVIDIACDIHookPath, "nvidia-cdi-hook-path", o.NVIDIACDIHookPath, "Path on the host of an NVIDIA container toolkit nvidia-cdi-hook for the CDI specs' hooks to run (e.g. "+nvidiacdi.DefaultHookPath+", or the GPU operator's /usr/local/nvidia/toolkit/nvidia-cdi-hook). Empty: the plugin installs the hook it ships (--nvidia-cdi-hook-source) under --plugin-data-dir and uses that, so that nodes need no toolkit.")
 	fs.StringVar(&o.NVIDIACDIHookSource, "nvidia-cdi-hook-source", o.NVIDIACDIHookSource, "The nvidia-cdi-hook the plugin ships and installs when --nvidia-cdi-hook-path is empty (default: nvidia-cdi-hook beside the plugin's executable).")
+	fs.StringVar(&o.MockToolsSource, "mock-tools-source", o.MockToolsSource, "The GPU mock's tools (accel-dra-mock-nvidia) that the mock backend's driver root holds as nvidia-smi, nvidia-cuda-mps-control and the other driver binaries (default: accel-dra-mock-nvidia beside the plugin's executable; without it, scripts that only print their name).")
 	fs.StringVar(&o.NVIDIAProcRoot, "nvidia-proc-root", o.NVIDIAProcRoot, "Where this process sees the host's /proc: the nvml backend reads devices (the nvidia-caps major) and driver/nvidia/capabilities (each MIG instance's caps node minor and mode) under it, and puts the /dev/nvidia-caps nodes in MIG devices' CDI specs fully specified, for the runtime to create. The container's own /proc serves unless the runtime masks /proc/driver/nvidia; then mount the host's /proc elsewhere. The mock backend has its own.")
 	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
 	fs.StringVar(&o.AscendHostDriverRoot, "ascend-host-driver-root", o.AscendHostDriverRoot, "The same tree as --ascend-driver-root as the container runtime on the host sees it (default: the same path).")

@@ -15,7 +15,7 @@ import (
 
 func TestMPSDaemon(t *testing.T) {
 	standin.NeedMount(t)
-	bin := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	bin := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
 	m := MPS{Control: bin, Root: t.TempDir()}
 	ctx := context.Background()
 	started, err := m.Ensure(ctx, "c1", []string{"GPU-a", "GPU-b"}, MPSLimits{ActiveThreadPercentage: 50, PinnedMemoryMiB: map[string]int64{"GPU-b": 10240}})
@@ -117,7 +117,7 @@ func TestMPSDaemon(t *testing.T) {
 // adopted (containers prepared now would get another /dev/shm than it has) but replaced.
 func TestMPSDaemonShmGone(t *testing.T) {
 	standin.NeedMount(t)
-	bin := standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakempscontrol", "nvidia-cuda-mps-control")
+	bin := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
 	m := MPS{Control: bin, Root: t.TempDir()}
 	ctx := context.Background()
 	t.Cleanup(func() { _ = m.Stop(ctx, "c1") })
@@ -141,7 +141,8 @@ func TestMPSDaemonShmGone(t *testing.T) {
 	}
 }
 
-// shmIdentity is how fakempscontrol logs a /dev/shm: the device and inode of dir.
+// shmIdentity is how the mock's nvidia-cuda-mps-control logs a /dev/shm: the device and inode
+// of dir.
 func shmIdentity(t *testing.T, dir string) string {
 	t.Helper()
 	var st syscall.Stat_t

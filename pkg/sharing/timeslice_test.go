@@ -11,10 +11,10 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
-// buildFakeSMI builds e2e/fakesmi, the stand-in the mock nodes use.
+// buildFakeSMI builds the GPU mock's nvidia-smi, the stand-in the mock nodes use.
 func buildFakeSMI(t *testing.T) string {
 	t.Helper()
-	return standin.Build(t, "github.com/accel-dra/accel-dra/e2e/fakesmi", "nvidia-smi")
+	return standin.Build(t, standin.MockTools, "nvidia-smi")
 }
 
 func TestNvidiaSMISetTimeSlice(t *testing.T) {

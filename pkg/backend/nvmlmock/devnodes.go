@@ -28,6 +28,15 @@ const (
 // devNodes are the machine's /dev and /proc/devices: what a stat of a node and the kernel's
 // list of character majors answer. It is apart from the Server so that what the plugin keeps to
 // look at nodes again after enumeration does not hold the whole machine.
+//
+// The nodes exist only here, never on the host: the plugin gives them to the runtime fully
+// specified (type, major, minor, no host path), as it does on a real node, and a runtime needs
+// no host node for such a spec. The CDI library stats the host path only to fill in what a spec
+// leaves out (and keeps the host node's mode, which runc's default 0666 equals), runc creates
+// the node in the container with mknod, and where runc bind-mounts nodes instead (in a user
+// namespace) it takes them from the container path on the host, which no mock node elsewhere
+// would feed. A node the mock made at /dev/nvidia<N> on a host with real GPUs could only be the
+// real one. Containers find their GPUs by these nodes (the mock's nvidia-smi lists those it sees).
 type devNodes struct {
 	gpus    int
 	modeset bool

@@ -5,10 +5,15 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
 )
 
 // DriverLibDir is where WriteDriverRoot puts the driver's libraries, relative to the root. It
@@ -41,15 +46,43 @@ var driverLibraries = []struct {
 // driverBinaries go to usr/bin, where the toolkit looks for them on the PATH under the root.
 var driverBinaries = []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
 
-// WriteDriverRoot generates under dir the file tree of an installed NVIDIA driver of version,
-// for the NVIDIA toolkit's CDI generator to find: the versioned libraries as real (tiny) ELF
-// shared objects whose SONAME is lib<x>.so.1, with the soname and development symlinks; the
-// driver binaries as executables; the GSP firmware in lib/firmware/nvidia/<version>; and the
-// nvidia-persistenced socket. Nothing in it can run; it is there to be found and mounted.
-// Existing content is replaced, so a restart with another profile does not mix two drivers.
-func WriteDriverRoot(dir, version string) error {
+// DriverRootOption changes what WriteDriverRoot writes.
+type DriverRootOption func(*driverRootOptions)
+
+type driverRootOptions struct{ tools string }
+
+// WithTools makes the driver root's binaries copies of tools, the GPU mock's multi-call binary
+// (cmd/accel-dra-mock-nvidia), which runs as the tool its name says, so that containers and the
+// plugin run a real nvidia-smi and nvidia-cuda-mps-control stand-in. Without it they are shell
+// scripts that only print their name, which is enough for tests that do not build the tools.
+func WithTools(path string) DriverRootOption {
+	return func(o *driverRootOptions) { o.tools = path }
+}
+
+// WriteDriverRoot generates under dir the file tree of an installed NVIDIA driver, of the
+// version and with the GPUs that lib (the mock's NVML) reports, for the NVIDIA toolkit's CDI
+// generator to find: the versioned libraries as real (tiny) ELF shared objects whose SONAME is
+// lib<x>.so.1, with the soname and development symlinks; the driver binaries (WithTools); the
+// GSP firmware in lib/firmware/nvidia/<version>; the nvidia-persistenced socket; and the
+// machine's description for the tools (machine.Path), which the plugin's CDI edits mount into
+// containers. Existing content is replaced, so a restart with another profile does not mix two
+// drivers.
+func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) error {
+	var o driverRootOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := DescribeMachine(lib)
+	if err != nil {
+		return fmt.Errorf("mock driver root: %w", err)
+	}
+	version := m.DriverVersion
 	if version == "" || strings.ContainsAny(version, "/ ") {
 		return fmt.Errorf("mock driver root: bad driver version %q", version)
+	}
+	description, err := m.Encode()
+	if err != nil {
+		return fmt.Errorf("mock driver root: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("mock driver root: %w", err)
@@ -83,12 +116,15 @@ func WriteDriverRoot(dir, version string) error {
 		// A regular file where the daemon's socket would be: the toolkit only checks that it
 		// exists, and a mock node runs no daemon.
 		"run/nvidia-persistenced/socket": {"", 0o644},
+		machine.Path:                     {string(description), 0o644},
 	}
-	for _, b := range driverBinaries {
-		files["usr/bin/"+b] = struct {
-			content string
-			mode    os.FileMode
-		}{"#!/bin/sh\necho 'mock " + b + " " + version + "'\n", 0o755}
+	if o.tools == "" {
+		for _, b := range driverBinaries {
+			files["usr/bin/"+b] = struct {
+				content string
+				mode    os.FileMode
+			}{"#!/bin/sh\necho 'mock " + b + " " + version + "'\n", 0o755}
+		}
 	}
 	for p, f := range files {
 		full := filepath.Join(dir, p)
@@ -99,36 +135,159 @@ func WriteDriverRoot(dir, version string) error {
 			return fmt.Errorf("mock driver root: %w", err)
 		}
 	}
+	if o.tools != "" {
+		if err := installTools(filepath.Join(dir, "usr/bin"), o.tools); err != nil {
+			return fmt.Errorf("mock driver root: the GPU mock's tools: %w", err)
+		}
+	}
 	return nil
 }
 
-// WriteDriverRoot generates the driver root of this machine's driver version; see the
-// package-level WriteDriverRoot.
-func (s *Server) WriteDriverRoot(dir string) error {
-	return WriteDriverRoot(dir, s.profile.driverVersion)
+// installTools puts the multi-call binary src into binDir under each driver binary's name: one
+// copy, and hard links to it for the other names (a copy where the file system has none), which
+// keeps five names of one static binary to one binary's space.
+func installTools(binDir, src string) error {
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	first := filepath.Join(binDir, driverBinaries[0])
+	if err := copyExecutable(src, first); err != nil {
+		return err
+	}
+	for _, b := range driverBinaries[1:] {
+		if err := os.Link(first, filepath.Join(binDir, b)); err != nil {
+			if err := copyExecutable(src, filepath.Join(binDir, b)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
-// sharedObject returns a minimal ELF64 shared object with a dynamic section holding DT_SONAME:
-// the toolkit reads the soname of every driver library (debug/elf, as here) to decide which
-// symlinks the create-symlinks hook makes in the container. Sections: null, .dynstr, .dynamic,
-// .shstrtab; no code, no program headers, which nothing here needs.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	if fi, err := in.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", src)
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	return out.Close()
+}
+
+// WriteDriverRoot generates the driver root of this machine; see the package-level
+// WriteDriverRoot.
+func (s *Server) WriteDriverRoot(dir string, opts ...DriverRootOption) error {
+	return WriteDriverRoot(dir, s.Interface, opts...)
+}
+
+// DescribeMachine describes the GPUs lib (the mock's NVML) has, for the mock's tools: what they
+// would ask the kernel driver on a real node (package machine). It asks only what NVML answers
+// on a real node too. A lost GPU is described by what the driver still knows of it.
+func DescribeMachine(lib nvml.Interface) (*machine.Machine, error) {
+	var m machine.Machine
+	var ret nvml.Return
+	if m.DriverVersion, ret = lib.SystemGetDriverVersion(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("driver version: %v", ret)
+	}
+	if m.CUDAVersion, ret = lib.SystemGetCudaDriverVersion(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("CUDA driver version: %v", ret)
+	}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("GPU count: %v", ret)
+	}
+	for i := range n {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: %v", i, ret)
+		}
+		var g machine.GPU
+		if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: minor number: %v", i, ret)
+		}
+		pci, ret := d.GetPciInfo()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: PCI info: %v", i, ret)
+		}
+		g.PCIBusID = cString(pci.BusId[:])
+		if g.UUID, ret = d.GetUUID(); ret == nvml.ERROR_GPU_IS_LOST {
+			g.UUID, g.Lost = "", true
+			m.GPUs = append(m.GPUs, g)
+			continue
+		} else if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: UUID: %v", i, ret)
+		}
+		if g.Name, ret = d.GetName(); ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %s: name: %v", g.UUID, ret)
+		}
+		mem, ret := d.GetMemoryInfo()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %s: memory: %v", g.UUID, ret)
+		}
+		g.MemoryMiB = mem.Total >> 20
+		m.GPUs = append(m.GPUs, g)
+	}
+	return &m, nil
+}
+
+// cString returns the NUL-terminated string in b.
+func cString(b []uint8) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return string(b[:i])
+	}
+	return string(b)
+}
+
+// sharedObject returns a minimal ELF64 shared object whose dynamic section holds DT_SONAME, in
+// the two places readers look for it. The toolkit reads the soname of every driver library
+// through the section headers (debug/elf, as the tests here) to decide which symlinks the
+// create-symlinks hook makes in the container; glibc's ldconfig, which the update-ldcache hook
+// runs in the container, and the dynamic loader read it through the program headers: a PT_LOAD
+// segment that maps the file up to the end of .dynamic (addresses equal file offsets) and a
+// PT_DYNAMIC segment, without which ldconfig leaves the library out of the container's cache.
+// For the loader it also has an empty symbol table (the null symbol) with its hash table, which
+// relocation and symbol look-up read unconditionally, and PT_GNU_STACK, without which recent
+// glibc refuses a dlopen (executable stack). It has no code: a dlopen succeeds and every dlsym
+// fails, as for a library without the function asked for.
 func sharedObject(soname string) []byte {
 	le := binary.LittleEndian
-	const ehdrSize, shdrSize = 64, 64
+	const ehdrSize, phdrSize, shdrSize, nPhdr = 64, 56, 64, 3
 	dynstr := append([]byte{0}, append([]byte(soname), 0)...)
 	shstr := []byte("\x00.dynstr\x00.dynamic\x00.shstrtab\x00")
+	// The SysV hash table of no symbols: one bucket, one chain, both pointing at the null
+	// symbol; the symbol table holds only that symbol.
+	hash := []uint32{1, 1, 0, 0}
+	const symSize = 24
+	dynstrOff := uint64(ehdrSize + nPhdr*phdrSize)
+	hashOff := align8(dynstrOff + uint64(len(dynstr)))
+	symOff := hashOff + uint64(4*len(hash))
 	var dyn bytes.Buffer
 	for _, kv := range [][2]uint64{
 		{uint64(elf.DT_SONAME), 1},
-		{uint64(elf.DT_STRTAB), ehdrSize},
+		{uint64(elf.DT_HASH), hashOff},
+		{uint64(elf.DT_STRTAB), dynstrOff},
+		{uint64(elf.DT_SYMTAB), symOff},
 		{uint64(elf.DT_STRSZ), uint64(len(dynstr))},
+		{uint64(elf.DT_SYMENT), symSize},
 		{uint64(elf.DT_NULL), 0},
 	} {
 		_ = binary.Write(&dyn, le, kv)
 	}
-	dynstrOff := uint64(ehdrSize)
-	dynOff := align8(dynstrOff + uint64(len(dynstr)))
-	shstrOff := dynOff + uint64(dyn.Len())
+	dynOff := symOff + symSize
+	dynEnd := dynOff + uint64(dyn.Len())
+	shstrOff := dynEnd
 	shOff := align8(shstrOff + uint64(len(shstr)))
 
 	var b bytes.Buffer
@@ -140,9 +299,23 @@ func sharedObject(soname string) []byte {
 		Entry, Phoff, Shoff                           uint64
 		Flags                                         uint32
 		Ehsize, Phentsize, Phnum, Shentsize, Shnum, S uint16
-	}{uint16(elf.ET_DYN), uint16(machine()), uint32(elf.EV_CURRENT), 0, 0, shOff, 0, ehdrSize, 0, 0, shdrSize, 4, 3})
+	}{uint16(elf.ET_DYN), uint16(elfMachine()), uint32(elf.EV_CURRENT), 0, ehdrSize, shOff, 0, ehdrSize, phdrSize, nPhdr, shdrSize, 4, 3})
+	type phdr struct {
+		Type, Flags                                 uint32
+		Off, Vaddr, Paddr, Filesz, Memsz, Addralign uint64
+	}
+	rw := uint32(elf.PF_R | elf.PF_W)
+	for _, h := range []phdr{
+		{Type: uint32(elf.PT_LOAD), Flags: rw, Filesz: dynEnd, Memsz: dynEnd, Addralign: 0x1000},
+		{Type: uint32(elf.PT_DYNAMIC), Flags: rw, Off: dynOff, Vaddr: dynOff, Paddr: dynOff, Filesz: uint64(dyn.Len()), Memsz: uint64(dyn.Len()), Addralign: 8},
+		{Type: uint32(elf.PT_GNU_STACK), Flags: rw, Addralign: 16},
+	} {
+		_ = binary.Write(&b, le, h)
+	}
 	b.Write(dynstr)
-	pad(&b, dynOff)
+	pad(&b, hashOff)
+	_ = binary.Write(&b, le, hash)
+	pad(&b, dynOff) // the null symbol
 	b.Write(dyn.Bytes())
 	b.Write(shstr)
 	pad(&b, shOff)
@@ -172,7 +345,7 @@ func pad(b *bytes.Buffer, to uint64) {
 	}
 }
 
-func machine() elf.Machine {
+func elfMachine() elf.Machine {
 	if runtime.GOARCH == "arm64" {
 		return elf.EM_AARCH64
 	}

@@ -1,5 +1,6 @@
-// Package standin builds the project's stand-ins for the NVIDIA tools (e2e/fakesmi,
-// e2e/fakempscontrol) for unit tests, and runs tests that mount in a namespace of their own.
+// Package standin builds the project's stand-ins for the NVIDIA tools (the GPU mock's tools,
+// cmd/accel-dra-mock-nvidia) for unit tests, and runs tests that mount in a namespace of their
+// own.
 package standin
 
 import (
@@ -12,7 +13,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// MockTools is the GPU mock's tools: one binary that runs as the tool its name says
+// (nvidia-smi, nvidia-cuda-mps-control, ...), so Build it with the name it must run as.
+const MockTools = "github.com/accel-dra/accel-dra/cmd/accel-dra-mock-nvidia"
 
 // Build builds the stand-in at importPath into a temporary directory as name and returns its
 // path. It is built for the machine the test runs on, not for the test's GOOS/GOARCH: under
@@ -131,3 +138,17 @@ func NeedRealRoot(t testing.TB, why string) {
 // RealRoot reports whether the tests run as root of the machine (not of a user namespace):
 // only then can a test drop to another user to see how the code fares without privileges.
 func RealRoot() bool { return os.Getenv(mountNSEnv) == "root" }
+
+// Mknod makes the character device major:minor at path, for a test's own /dev (the GPU mock's
+// nvidia-smi lists the GPUs whose nodes it sees). Only root of the machine may, not root of a
+// user namespace; elsewhere t is skipped, but failed in CI.
+func Mknod(t testing.TB, path string, major, minor uint32) {
+	t.Helper()
+	err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(major, minor)))
+	if errors.Is(err, unix.EPERM) {
+		skipOutsideCI(t, fmt.Sprintf("mknod %s: %v: needs root of the machine (CAP_MKNOD outside a user namespace)", path, err))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
