@@ -82,8 +82,9 @@ COPY --from=binaries /out/static/accel-dra-template-publisher /out/static/accelc
 USER 65532:65532
 ENTRYPOINT ["/usr/bin/accel-dra-template-publisher"]
 
-# The kubelet plugin: glibc for cgo and for the host's libnvidia-ml.so.1, which it dlopens (the
-# chart mounts the host's driver root and points LD_LIBRARY_PATH there).
+# The kubelet plugin: glibc for cgo and for the host's libnvidia-ml.so.1, which it dlopens by
+# its full path under the driver root the chart mounts (never through LD_LIBRARY_PATH, which
+# would make this image's loader take the host's C library too).
 #
 # It runs as root, which is why this is distroless base and not its :nonroot variant: it creates
 # its socket and state under /var/lib/kubelet/plugins and registers in

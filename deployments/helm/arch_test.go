@@ -10,8 +10,7 @@ import (
 
 // TestNoArchitecturePinned checks that no install of the chart keeps its pods off arm64 nodes
 // (Grace Hopper, Grace Blackwell): the images are built for linux/amd64 and linux/arm64, so no
-// workload may select or require kubernetes.io/arch, and the plugin's library path covers both
-// architectures' Debian and RPM layouts of the host driver.
+// workload may select or require kubernetes.io/arch.
 func TestNoArchitecturePinned(t *testing.T) {
 	for name, vs := range valueSets {
 		t.Run(name, func(t *testing.T) {
@@ -40,17 +39,33 @@ func TestNoArchitecturePinned(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// TestNoLibraryPathIntoTheHost: no container of the chart gets an environment that makes the
+// dynamic loader take libraries from the host. The plugin's image brings its own C library; a
+// host's driver root holds the host's (libc.so.6 lies beside libnvidia-ml.so.1), and a loader
+// that took it would fail the cgo plugin and every program it runs at exec on any host whose
+// glibc is not the image's. The plugin loads NVML by its full path and preloads only
+// libnvidia-ml for nvidia-smi (pkg/nodeplugin).
+func TestNoLibraryPathIntoTheHost(t *testing.T) {
+	for name, vs := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			r := renderSet(t, vs)
+			var specs []corev1.PodSpec
 			for _, o := range r.OfKind("DaemonSet") {
-				ds := toTyped[appsv1.DaemonSet](t, o)
-				for _, c := range ds.Spec.Template.Spec.Containers {
+				specs = append(specs, toTyped[appsv1.DaemonSet](t, o).Spec.Template.Spec)
+			}
+			for _, o := range r.OfKind("Deployment") {
+				specs = append(specs, toTyped[appsv1.Deployment](t, o).Spec.Template.Spec)
+			}
+			for _, s := range specs {
+				for _, c := range append(s.InitContainers, s.Containers...) {
 					for _, e := range c.Env {
-						if e.Name != "LD_LIBRARY_PATH" {
-							continue
-						}
-						for _, dir := range []string{"x86_64-linux-gnu", "aarch64-linux-gnu", "lib64"} {
-							if !strings.Contains(e.Value, dir) {
-								t.Errorf("%s: LD_LIBRARY_PATH %q lacks the driver's %s directory", ds.Name, e.Value, dir)
-							}
+						// LD_LIBRARY_PATH, LD_PRELOAD, LD_AUDIT...: what glibc's loader reads.
+						if strings.HasPrefix(e.Name, "LD_") {
+							t.Errorf("container %s sets %s=%q: the loader would take the host's libraries, its C library among them", c.Name, e.Name, e.Value)
 						}
 					}
 				}

@@ -44,6 +44,11 @@ var valueSets = map[string]valueSet{
 	"default": {
 		drivers: map[string]string{"gpu.accel-dra.io": "nvml"}, surge: true,
 	},
+	// The GPU operator's driver container: the driver root is mounted through its parent.
+	"gpu-operator": {
+		values:  map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}}},
+		drivers: map[string]string{"gpu.accel-dra.io": "nvml"}, surge: true,
+	},
 	"mock-flag": {
 		values:  map[string]any{"mock": map[string]any{"enabled": true}},
 		drivers: map[string]string{"gpu.accel-dra.io": "mock"}, surge: true,
@@ -325,6 +330,14 @@ func checkPluginDaemonSet(t *testing.T, r *Rendered, ds *appsv1.DaemonSet, drive
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("%s: readiness probe %+v, want GET /readyz (registered with the kubelet)", ds.Name, c.ReadinessProbe)
+	}
+	// /healthz answers 503 while the plugin starts: the liveness probe, which would restart it
+	// after 30 s, runs only once the startup probe, with minutes for the start-up, succeeded.
+	if p := c.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.PeriodSeconds*p.FailureThreshold < 300 {
+		t.Errorf("%s: startup probe %+v, want GET /healthz for at least five minutes", ds.Name, c.StartupProbe)
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+		t.Errorf("%s: liveness probe %+v, want GET /healthz", ds.Name, c.LivenessProbe)
 	}
 
 	// Identity: the DaemonSet's own ServiceAccount, bound to the plugin role and named in the
@@ -636,9 +649,10 @@ func TestDriverRootValues(t *testing.T) {
 		"host's toolkit": {driver: "gpu.accel-dra.io",
 			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaCDIHookPath": "/usr/bin/nvidia-cdi-hook"}}},
 			wantNVIDIA: [3]string{"/driver-root", "/", "/usr/bin/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
+		// The driver root is seen through its parent directory (TestDriverRootFollowsTheHost).
 		"gpu operator": {driver: "gpu.accel-dra.io",
 			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver", "nvidiaCDIHookPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}}},
-			wantNVIDIA: [3]string{"/driver-root", "/run/nvidia/driver", "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
+			wantNVIDIA: [3]string{"/driver-root-parent/driver", "/run/nvidia/driver", "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}, wantAscend: [2]string{"/", ""}},
 		"gpu without driver root": {driver: "gpu.accel-dra.io",
 			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": ""}}},
 			wantNVIDIA: [3]string{"", "", ""}, wantAscend: [2]string{"/", ""}},

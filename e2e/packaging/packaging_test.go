@@ -64,6 +64,7 @@ var valueSets = []struct {
 	values map[string]any
 }{
 	{name: "default"},
+	{name: "gpu-operator", values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}}}},
 	{name: "mock-flag", values: map[string]any{"mock": map[string]any{"enabled": true}}},
 	{name: "mock-file", file: "values-mock.yaml"},
 	{name: "npu", values: map[string]any{"drivers": map[string]any{

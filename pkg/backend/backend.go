@@ -60,6 +60,10 @@ type Options struct {
 	// /proc/driver/nvidia/capabilities, for the MIG devices' caps nodes; default
 	// nvml.DefaultProcRoot. The mock has its own.
 	NVIDIAProcRoot string
+	// NVIDIADriverRoot is the NVIDIA driver root whose libnvidia-ml.so.1 nvml loads, by its full
+	// path (nvml.FindLibrary); empty: the library by the loader's search, for a container that
+	// the runtime gave the library. The mock has its own.
+	NVIDIADriverRoot string
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
 	// Both mocks read injected faults from its health.FaultDir (docs/health.md); the mock
@@ -103,17 +107,27 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 	default:
 		return nil, fmt.Errorf("unknown device backend %q: valid backends are %s", o.Name, strings.Join(Names(), ", "))
 	}
+	if o.Name != NVML {
+		o.NVIDIADriverRoot = ""
+	}
 	if o.NodeName == "" && o.Name != NVML {
 		return nil, fmt.Errorf("device backend %s: node name is required", o.Name)
 	}
 	klog.FromContext(ctx).Info("Starting device backend", "backend", o.Name, "mockProfile", o.MockProfile,
-		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "nvidiaProcRoot", o.NVIDIAProcRoot, "mockDir", o.MockDir)
+		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "nvidiaProcRoot", o.NVIDIAProcRoot, "nvidiaDriverRoot", o.NVIDIADriverRoot, "mockDir", o.MockDir)
 
 	// Each branch returns its error before converting, so that a typed nil never becomes a
 	// non-nil device.Backend.
 	switch o.Name {
 	case NVML:
-		b, err := nvml.NewFromSystem(ctx, o.SysRoot, o.DevRoot, nvml.WithProc(os.DirFS(cmp.Or(o.NVIDIAProcRoot, nvml.DefaultProcRoot))))
+		var lib string
+		if o.NVIDIADriverRoot != "" {
+			var err error
+			if lib, err = nvml.FindLibrary(o.NVIDIADriverRoot); err != nil {
+				return nil, err
+			}
+		}
+		b, err := nvml.NewFromSystem(ctx, lib, o.SysRoot, o.DevRoot, nvml.WithProc(os.DirFS(cmp.Or(o.NVIDIAProcRoot, nvml.DefaultProcRoot))))
 		if err != nil {
 			return nil, err
 		}

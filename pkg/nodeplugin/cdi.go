@@ -93,7 +93,10 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 			s.nvidia.HookPath = hook
 		}
 		s.root, s.hostRoot, s.first = s.nvidia.DriverRoot, s.nvidia.HostDriverRoot, be
-		opts := backend.Options{Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName, SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir}
+		// NVML by the full path of the root's library, looked up anew for each backend: an
+		// upgrade replaces the versioned file.
+		opts := backend.Options{Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName, SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir,
+			NVIDIADriverRoot: s.nvidia.DriverRoot}
 		s.openNVML = func(ctx context.Context) (nvml.Interface, func(), error) {
 			b, err := backend.New(ctx, opts)
 			if err != nil {

@@ -63,11 +63,15 @@ func Run(ctx context.Context, o *Options) error {
 		}()
 	}
 
+	if o.Backend == backend.NVML && o.NVIDIADriverRoot != "" && !waitForDriver(ctx, start, o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot) {
+		logger.Info("Shutting down")
+		return nil
+	}
 	start.waitFor(ctx, "the device backend to enumerate the devices")
 	be, err := backend.New(ctx, backend.Options{
 		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
 		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir, AscendDriverRoot: o.AscendDriverRoot,
-		NVIDIAProcRoot: o.NVIDIAProcRoot,
+		NVIDIAProcRoot: o.NVIDIAProcRoot, NVIDIADriverRoot: o.NVIDIADriverRoot,
 	})
 	if err != nil {
 		return fmt.Errorf("device backend %q: %w", o.Backend, err)

@@ -3,6 +3,7 @@ package nodeplugin
 import (
 	"path/filepath"
 
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
@@ -14,8 +15,8 @@ func timeSlicer(o *Options, src *driverSource, kind device.Kind) sharing.TimeSli
 		return nil
 	}
 	smi := sharing.NvidiaSMI{Path: o.NVIDIASMIPath}
-	if src.root != "" {
-		smi.LibraryPath = sharing.DriverLibraryDirs(src.root)
+	if root := src.root; root != "" {
+		smi.NVML = func() (string, error) { return nvmlbackend.FindLibrary(root) }
 	}
 	if smi.Path == "" {
 		smi.Path = filepath.Join(src.root, "usr/bin/nvidia-smi")

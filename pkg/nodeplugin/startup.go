@@ -16,11 +16,16 @@ import (
 // and afterwards whether the kubelet registered the plugin. A startupProbe on /healthz (see the
 // chart) gives the start-up its time, and the livenessProbe, which the kubelet runs only once
 // the startupProbe succeeded, does not restart a plugin that is still starting; every step that
-// waits on something outside the node (the API server) is bounded, so a start-up ends.
+// waits on something outside the node (the API server) is bounded, so a start-up ends. The one
+// unbounded step, the wait for the NVIDIA driver to appear under its root (waitAlive), answers
+// /healthz with 200: a restart would not bring the driver, and the probes must not turn the
+// wait into a crash loop.
 type startup struct {
 	mu    sync.Mutex
 	step  string
 	since time.Time
+	// alive: the step waits, unbounded, for something a restart does not bring.
+	alive bool
 	// health and ready answer /healthz and /readyz once the plugin serves; nil before.
 	health http.Handler
 	ready  func() error
@@ -31,9 +36,18 @@ func newStartup() *startup { return &startup{step: "the process to start", since
 // waitFor records and logs what the start-up waits for now.
 func (s *startup) waitFor(ctx context.Context, step string) {
 	s.mu.Lock()
-	s.step, s.since = step, time.Now()
+	s.step, s.since, s.alive = step, time.Now(), false
 	s.mu.Unlock()
 	klog.FromContext(ctx).Info("Starting up", "waitingFor", step)
+}
+
+// waitAlive is waitFor for a step that may wait without bound for something a restart does not
+// bring: /healthz answers 200 while it lasts (and /readyz 503).
+func (s *startup) waitAlive(ctx context.Context, step string) {
+	s.waitFor(ctx, step)
+	s.mu.Lock()
+	s.alive = true
+	s.mu.Unlock()
 }
 
 // serving ends the start-up: from now on the health checker and the registration answer.
@@ -43,27 +57,31 @@ func (s *startup) serving(health http.Handler, ready func() error) {
 	s.health, s.ready = health, ready
 }
 
-// starting returns the 503 message while the plugin starts, "" once it serves.
-func (s *startup) starting() (string, http.Handler, func() error) {
+// starting returns the message while the plugin starts, and whether the step is alive (see
+// waitAlive); "" once it serves.
+func (s *startup) starting() (string, bool, http.Handler, func() error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.health != nil {
-		return "", s.health, s.ready
+		return "", false, s.health, s.ready
 	}
-	return fmt.Sprintf("starting: waiting for %s (for %s)", s.step, time.Since(s.since).Round(time.Second)), nil, nil
+	return fmt.Sprintf("starting: waiting for %s (for %s)", s.step, time.Since(s.since).Round(time.Second)), s.alive, nil, nil
 }
 
 func (s *startup) serveHealthz(w http.ResponseWriter, r *http.Request) {
-	msg, health, _ := s.starting()
-	if health == nil {
+	msg, alive, health, _ := s.starting()
+	switch {
+	case health != nil:
+		health.ServeHTTP(w, r)
+	case alive:
+		_, _ = w.Write([]byte(msg + "\n"))
+	default:
 		http.Error(w, msg, http.StatusServiceUnavailable)
-		return
 	}
-	health.ServeHTTP(w, r)
 }
 
 func (s *startup) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	msg, _, ready := s.starting()
+	msg, _, _, ready := s.starting()
 	if ready == nil {
 		http.Error(w, msg, http.StatusServiceUnavailable)
 		return

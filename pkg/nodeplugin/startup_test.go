@@ -37,12 +37,7 @@ func TestHealthzDuringSlowStart(t *testing.T) {
 	defer api.Close()
 	defer close(silent)
 
-	// Unix socket paths are limited to 108 bytes; t.TempDir() can be longer.
-	dir, err := os.MkdirTemp("", "start")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := socketTempDir(t)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -79,15 +74,7 @@ current-context: c
 	done := make(chan error, 1)
 	go func() { done <- Run(runCtx, o) }()
 
-	get := func(path string) (int, string, error) {
-		resp, err := http.Get("http://" + o.HTTPAddress + path)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body), err
-	}
+	get := func(path string) (int, string, error) { return httpGet(o.HTTPAddress, path) }
 	var code int
 	var body string
 	var lastErr error
@@ -112,6 +99,29 @@ current-context: c
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30s of its context ending")
 	}
+}
+
+// httpGet returns the status and body of GET http://<addr><path>.
+func httpGet(addr, path string) (int, string, error) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// socketTempDir is a temporary directory short enough for Unix socket paths under it (108
+// bytes at most; t.TempDir() can be longer).
+func socketTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // freeAddress returns a loopback address with a port nothing listens on now.
@@ -141,6 +151,18 @@ func TestStartupEndpoints(t *testing.T) {
 		if code, body := get(h); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting: waiting for the checkpoint (for ") {
 			t.Errorf("%s while starting = %d %q", name, code, body)
 		}
+	}
+	// A wait a restart would not end is no failure of liveness, and no readiness.
+	s.waitAlive(ctx, "the driver")
+	if code, body := get(s.serveHealthz); code != http.StatusOK || !strings.HasPrefix(body, "starting: waiting for the driver (for ") {
+		t.Errorf("/healthz while waiting for the driver = %d %q, want 200 starting: ...", code, body)
+	}
+	if code, body := get(s.serveReadyz); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting: waiting for the driver (for ") {
+		t.Errorf("/readyz while waiting for the driver = %d %q, want 503 starting: ...", code, body)
+	}
+	s.waitFor(ctx, "the checkpoint")
+	if code, _ := get(s.serveHealthz); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz at the next step = %d, want 503", code)
 	}
 	registered := false
 	s.serving(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }), func() error {

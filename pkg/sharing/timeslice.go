@@ -25,9 +25,13 @@ type TimeSlicer interface {
 type NvidiaSMI struct {
 	// Path of the nvidia-smi binary, normally <driver root>/usr/bin/nvidia-smi.
 	Path string
-	// LibraryPath is prepended to LD_LIBRARY_PATH, so that an nvidia-smi from a driver root
-	// mounted into the plugin's container finds that driver's libnvidia-ml.
-	LibraryPath []string
+	// NVML returns the driver's libnvidia-ml.so.1 (nvml.FindLibrary under the driver root),
+	// which nvidia-smi gets in LD_PRELOAD, as NVIDIA's DRA driver runs it: nvidia-smi opens NVML
+	// by its soname, and the preloaded library answers. Nothing of the driver root goes on the
+	// loader's search path: its library directories hold the host's C library too, of another
+	// build than the plugin image's loader, with which nvidia-smi would fail at exec. Asked at
+	// each run, as an upgrade replaces the file. Nil: nvidia-smi finds NVML itself.
+	NVML func() (string, error)
 }
 
 // DriverLibraryDirs are the directories under a driver root where distributions and the .run
@@ -51,12 +55,16 @@ func (s NvidiaSMI) SetTimeSlice(ctx context.Context, uuid string, interval confi
 	}
 	cmd := exec.CommandContext(ctx, s.Path, "compute-policy", "-i", uuid, "--set-timeslice", strconv.Itoa(n))
 	cmd.Env = os.Environ()
-	if len(s.LibraryPath) > 0 {
-		lp := strings.Join(s.LibraryPath, ":")
-		if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
-			lp += ":" + old
+	if s.NVML != nil {
+		lib, err := s.NVML()
+		if err != nil {
+			return fmt.Errorf("%s needs the driver's NVML: %w", s.Path, err)
 		}
-		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+lp)
+		if old := os.Getenv("LD_PRELOAD"); old != "" {
+			lib += ":" + old
+		}
+		// The last of duplicate keys is the one a command gets.
+		cmd.Env = append(cmd.Env, "LD_PRELOAD="+lib)
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

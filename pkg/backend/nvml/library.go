@@ -1,6 +1,90 @@
 package nvml
 
-import "github.com/NVIDIA/go-nvml/pkg/nvml"
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/dl"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/lookup"
+)
+
+// LibraryName is NVML's soname.
+const LibraryName = "libnvidia-ml.so.1"
+
+// ErrNoDriverLibrary is returned (wrapped) by FindLibrary when the driver root has no
+// libnvidia-ml.so.1: the driver is not installed there, or not yet (the GPU operator's driver
+// container mounts its root only once it has installed the driver).
+var ErrNoDriverLibrary = errors.New("no " + LibraryName)
+
+// searched describes FindLibrary's search, for its error.
+const searched = "usr/lib64, usr/lib/<arch>-linux-gnu, lib64, lib/<arch>-linux-gnu (and their nvidia/current) and the ld cache etc/ld.so.cache"
+
+// FindLibrary returns the driver root's libnvidia-ml.so.1 as this process sees it, its
+// symlinks resolved (the versioned file), found as the NVIDIA container toolkit finds a
+// driver's libraries under a root: in the directories distributions and the .run installer
+// put them, then through the root's ld cache. The plugin loads NVML by this full path and hands
+// it to nvidia-smi in LD_PRELOAD, never through a library path into the root: the root's
+// library directories hold the host's C library too, of another build than the plugin image's
+// loader, with which neither the plugin nor any program it runs would start. It looks again at
+// each call (a few stat calls and a read of the ld cache), as an upgrade replaces the file.
+func FindLibrary(root string) (string, error) {
+	found, err := lookup.NewLibraryLocator(lookup.WithRoot(root), lookup.WithLogger(quiet{}), lookup.WithCount(1)).Locate(LibraryName)
+	if err != nil || len(found) == 0 {
+		return "", fmt.Errorf("%w under the NVIDIA driver root %s (searched %s under it)", ErrNoDriverLibrary, root, searched)
+	}
+	return found[0], nil
+}
+
+// quiet drops the toolkit locator's messages: a root without an ld cache is normal, and
+// FindLibrary's error says what was searched.
+type quiet struct{}
+
+func (quiet) Debugf(string, ...any)   {}
+func (quiet) Errorf(string, ...any)   {}
+func (quiet) Infof(string, ...any)    {}
+func (quiet) Warningf(string, ...any) {}
+func (quiet) Tracef(string, ...any)   {}
+
+// newLibrary returns NVML from path, or by its soname through the loader's search where path
+// is empty (a library the container runtime put into the container). It wraps nvml.New, which
+// only records the library today, against a panic in a future version that loads eagerly.
+func newLibrary(path string) (lib nvml.Interface, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w (loading it panicked: %v)", ErrLibraryNotFound, r)
+		}
+	}()
+	if path == "" {
+		return nvml.New(), nil
+	}
+	return nvml.New(nvml.WithLibraryPath(path)), nil
+}
+
+// libraryError says why the loader refuses the library at path, which go-nvml's Init reduces
+// to ERROR_LIBRARY_NOT_FOUND. It is ErrLibraryNotFound for errors.Is.
+type libraryError struct {
+	path   string
+	reason string
+}
+
+func (e libraryError) Error() string {
+	return fmt.Sprintf("loading NVML from %s: %s", e.path, e.reason)
+}
+
+func (e libraryError) Is(target error) bool { return target == ErrLibraryNotFound }
+
+// loadError asks the loader itself why it refuses path.
+func loadError(path string) error {
+	d := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)
+	if err := d.Open(); err != nil {
+		// dlerror's message starts with the path.
+		return libraryError{path: path, reason: strings.TrimPrefix(err.Error(), path+": ")}
+	}
+	_ = d.Close()
+	return libraryError{path: path, reason: "NVML's initialisation found no library, but it loads now"}
+}
 
 // Library is the NVML library the backend enumerates with, for the NVIDIA toolkit's CDI
 // generator (pkg/cdi/nvidia), which asks it for the driver version: the same library, real or

@@ -454,10 +454,11 @@ func TestShutdownError(t *testing.T) {
 	}
 }
 
-// TestNewFromSystem runs against the real library loader. On a machine without the NVIDIA
-// driver it must fail with the clear message, not panic; with the driver it must work.
+// TestNewFromSystem runs against the real library loader, with NVML by its soname. On a machine
+// without the NVIDIA driver it must fail with the clear message, not panic; with the driver it
+// must work.
 func TestNewFromSystem(t *testing.T) {
-	b, err := nvmlbackend.NewFromSystem(context.Background(), "/sys", "/dev")
+	b, err := nvmlbackend.NewFromSystem(context.Background(), "", "/sys", "/dev")
 	if err == nil {
 		defer b.Close()
 		inv, err := b.Enumerate(context.Background())

@@ -2,24 +2,24 @@ package nvml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// NewFromSystem returns the backend for a real node: libnvidia-ml.so.1 from the library path,
-// sysfs at sysRoot and device nodes under devRoot (usually "/sys" and "/dev"). It initialises
-// NVML at once so that a missing library or driver is reported at start-up, as an error wrapping
-// ErrLibraryNotFound where the library is missing, never as a panic.
-func NewFromSystem(ctx context.Context, sysRoot, devRoot string, opts ...Option) (*Backend, error) {
+// NewFromSystem returns the backend for a real node: NVML from library (FindLibrary's path
+// under the driver root; empty: libnvidia-ml.so.1 by the loader's search), sysfs at sysRoot and
+// device nodes under devRoot (usually "/sys" and "/dev"). It initialises NVML at once so that a
+// missing library or driver is reported at start-up, as an error wrapping ErrLibraryNotFound
+// where the library cannot be loaded (with the loader's reason), never as a panic.
+func NewFromSystem(ctx context.Context, library, sysRoot, devRoot string, opts ...Option) (*Backend, error) {
 	sysfs, ok := os.DirFS(sysRoot).(fs.ReadLinkFS)
 	if !ok {
 		// os.DirFS implements ReadLinkFS since Go 1.25; this guards a future change.
 		return nil, fmt.Errorf("sysfs root %s: os.DirFS does not support symlinks", sysRoot)
 	}
-	lib, err := newLibrary()
+	lib, err := newLibrary(library)
 	if err != nil {
 		return nil, err
 	}
@@ -28,18 +28,10 @@ func NewFromSystem(ctx context.Context, sysRoot, devRoot string, opts ...Option)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.initLocked(ctx); err != nil {
+		if library != "" && errors.Is(err, ErrLibraryNotFound) {
+			err = loadError(library)
+		}
 		return nil, err
 	}
 	return b, nil
-}
-
-// newLibrary wraps nvml.New, which only records the library name today, against a panic in a
-// future version that loads eagerly.
-func newLibrary() (lib nvml.Interface, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w (loading it panicked: %v)", ErrLibraryNotFound, r)
-		}
-	}()
-	return nvml.New(), nil
 }

@@ -152,3 +152,15 @@ func Mknod(t testing.TB, path string, major, minor uint32) {
 		t.Fatal(err)
 	}
 }
+
+// Mount mounts, for a test that runs under Main, and has a new mount (not a change of
+// propagation) undone when the test ends, lazily, as mounts nest.
+func Mount(t testing.TB, source, target, fstype string, flags uintptr) {
+	t.Helper()
+	if err := syscall.Mount(source, target, fstype, flags, ""); err != nil {
+		t.Fatalf("mount %q on %s (flags %#x): %v", source, target, flags, err)
+	}
+	if flags&(syscall.MS_SHARED|syscall.MS_SLAVE|syscall.MS_PRIVATE) == 0 {
+		t.Cleanup(func() { _ = syscall.Unmount(target, syscall.MNT_DETACH) })
+	}
+}
