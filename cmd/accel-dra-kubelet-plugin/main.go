@@ -19,7 +19,7 @@ import (
 
 func main() {
 	// The plugin re-executes itself as the shim that gives an MPS daemon its claim's /dev/shm.
-	sharing.RunShim(os.Args)
+	sharing.RunDaemonCommand(os.Args)
 	o := nodeplugin.NewOptions()
 	fs := o.NewFlagSet()
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -12,6 +12,6 @@ import (
 // binary), and runs the tests in a mount namespace of their own, where the MPS tests mount
 // their claims' /dev/shm.
 func TestMain(m *testing.M) {
-	sharing.RunShim(os.Args)
+	sharing.RunDaemonCommand(os.Args)
 	standin.Main(m)
 }

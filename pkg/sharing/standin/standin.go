@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,3 +132,29 @@ func NeedRealRoot(t testing.TB, why string) {
 // RealRoot reports whether the tests run as root of the machine (not of a user namespace):
 // only then can a test drop to another user to see how the code fares without privileges.
 func RealRoot() bool { return os.Getenv(mountNSEnv) == "root" }
+
+// MPSDaemonPIDs are the PIDs (in the tests' PID namespace) of the e2e/fakempscontrol daemons
+// that started with the log directory logDir, in the order they started: the stand-in logs
+// "daemon started pid=<n> ..." there. Tests use them to tell a daemon that was adopted from one
+// that was started again, and to kill one.
+func MPSDaemonPIDs(t testing.TB, logDir string) []int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(logDir, "control.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "daemon started pid=")
+		if !ok {
+			continue
+		}
+		f, _, _ := strings.Cut(rest, " ")
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("stand-in log line %q: %v", line, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
