@@ -142,7 +142,9 @@ func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 	mounts := []corev1.VolumeMount{{Name: "mps", MountPath: s.Dir}}
 	if p.HostDriverRoot != "" {
 		volumes = append(volumes, hostPath("driver-root", p.HostDriverRoot, corev1.HostPathDirectory))
-		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: DriverRootMount})
+		// A driver container (the GPU operator's) that restarts mounts its root again; the
+		// probes, which run the control binary from the root, must see the new one.
+		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: DriverRootMount, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)})
 	} else {
 		volumes = append(volumes, hostPath("control", c.Path, corev1.HostPathFile))
 		mounts = append(mounts, corev1.VolumeMount{Name: "control", MountPath: c.Path, ReadOnly: true})
