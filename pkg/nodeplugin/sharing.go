@@ -46,25 +46,25 @@ func mpsControl(o *Options, src *driverSource, kind device.Kind, kube kubernetes
 		return nil, nil
 	}
 	m := &sharing.MPS{Root: filepath.Join(o.PluginDataDir, "mps")}
-	switch o.MPSDaemons {
-	default: // MPSDaemonsProcess; Complete refuses other values.
+	if o.MPSDaemons != MPSDaemonsPod {
 		c := sharing.MPSControl{Path: o.NVIDIAMPSControlPath}
 		if c.Path == "" {
 			c = sharing.MPSControl{Root: src.root, Path: sharing.DefaultControlPath}
 		}
 		m.Daemons = sharing.Processes{Control: c}
-	case MPSDaemonsPod:
-		if o.MPSDaemonNamespace == "" || o.MPSDaemonImage == "" {
-			return nil, fmt.Errorf("--mps-daemons=%s needs --mps-daemon-namespace (or $POD_NAMESPACE) and --mps-daemon-image", MPSDaemonsPod)
-		}
-		p := mpspod.Pods{Client: kube, Namespace: o.MPSDaemonNamespace, NodeName: o.NodeName, DriverName: o.DriverName,
-			Image: o.MPSDaemonImage, ImagePullPolicy: corev1.PullIfNotPresent, PriorityClassName: o.MPSDaemonPriorityClassName,
-			ControlPath: o.NVIDIAMPSControlPath}
-		if p.ControlPath == "" {
-			p.HostDriverRoot, p.ControlPath = cmp.Or(src.hostRoot, src.root), sharing.DefaultControlPath
-		}
-		m.Daemons = p
+		return m, nil
 	}
+	if o.MPSDaemonNamespace == "" || o.MPSDaemonImage == "" {
+		return nil, fmt.Errorf("--mps-daemons=%s needs --mps-daemon-namespace (or $POD_NAMESPACE) and --mps-daemon-image", MPSDaemonsPod)
+	}
+	p := mpspod.Pods{Client: kube, Namespace: o.MPSDaemonNamespace, NodeName: o.NodeName, DriverName: o.DriverName,
+		Image: o.MPSDaemonImage, ImagePullPolicy: corev1.PullIfNotPresent, PriorityClassName: o.MPSDaemonPriorityClassName,
+		ControlPath: o.NVIDIAMPSControlPath}
+	if p.ControlPath == "" {
+		// The pod mounts the driver root from the host.
+		p.HostDriverRoot, p.ControlPath = cmp.Or(src.hostRoot, src.root), sharing.DefaultControlPath
+	}
+	m.Daemons = p
 	return m, nil
 }
 

@@ -74,6 +74,9 @@ const (
 	// daemon within seconds of SIGTERM.
 	DefaultStopTimeout = 90 * time.Second
 	pollInterval       = 250 * time.Millisecond
+	// callTimeout bounds one API call: the plugin calls with the node lock held, and at
+	// start-up before it registers, so an API server that does not answer must not hold it.
+	callTimeout = 10 * time.Second
 )
 
 // Pods implements sharing.Daemons with one pod per daemon.
@@ -190,6 +193,8 @@ func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 // get is the daemon's pod, nil if there is none. A pod of that name that is not the daemon's
 // (another node's, another key's) is an error: it is never taken for it, nor deleted.
 func (p Pods) get(ctx context.Context, s sharing.DaemonSpec) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	pod, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, Name(s.Key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -224,7 +229,9 @@ func (p Pods) Ready(ctx context.Context, s sharing.DaemonSpec) (bool, error) {
 func (p Pods) Start(ctx context.Context, s sharing.DaemonSpec) error {
 	logger := klog.FromContext(ctx)
 	pod := p.Pod(s)
-	if _, err := p.Client.CoreV1().Pods(p.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := p.Client.CoreV1().Pods(p.Namespace).Create(cctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating MPS control daemon pod %s/%s: %w", p.Namespace, pod.Name, err)
 	}
 	logger.V(2).Info("Created MPS control daemon pod", "pod", klog.KObj(pod), "daemon", s.Key)
@@ -267,7 +274,9 @@ func (p Pods) Stop(ctx context.Context, s sharing.DaemonSpec) error {
 	}
 	pods := p.Client.CoreV1().Pods(p.Namespace)
 	// Only this pod: not one of the same name created after it.
-	err = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	dctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err = pods.Delete(dctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting MPS control daemon pod %s/%s: %w", p.Namespace, pod.Name, err)
 	}
@@ -288,6 +297,8 @@ func (p Pods) Stop(ctx context.Context, s sharing.DaemonSpec) error {
 
 // Keys implements sharing.Daemons: the keys of this driver's daemon pods on this node.
 func (p Pods) Keys(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	list, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{ComponentLabel: Component, DriverLabel: p.DriverName}).String(),
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", p.NodeName).String(),

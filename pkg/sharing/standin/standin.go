@@ -49,7 +49,7 @@ const startedEnv = "ACCEL_DRA_TEST_MOUNT_NS_STARTED"
 // machine, even by a test that crashes: as root it re-executes the test binary in a new mount
 // namespace; otherwise in a new user namespace too, where the caller is root, if the kernel
 // allows that. Where neither works the tests run here, and those that mount skip (NeedMount).
-// A package's TestMain calls it after sharing.RunShim.
+// A package's TestMain calls it after sharing.RunDaemonCommand.
 func Main(m *testing.M) {
 	if os.Getenv(mountNSEnv) != "" {
 		if started := os.Getenv(startedEnv); started != "" {
