@@ -18,8 +18,8 @@ import (
 )
 
 func main() {
-	// The plugin re-executes itself as the shim that gives an MPS daemon its claim's /dev/shm.
-	sharing.RunShim(os.Args)
+	// The plugin binary is also each MPS control daemon's runner (its pods run it, docs/sharing.md).
+	sharing.RunDaemonCommand(os.Args)
 	o := nodeplugin.NewOptions()
 	fs := o.NewFlagSet()
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -409,8 +409,34 @@ func TestRBACIsMinimal(t *testing.T) {
 	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, role.Rules); diff != "" {
 		t.Errorf("events Role rules (-want +got):\n%s", diff)
 	}
-	if n := len(r.OfKind("ClusterRole")) + len(r.OfKind("Role")); n != 2 {
-		t.Errorf("%d roles rendered, want the plugin's two", n)
+	// The GPU plugin's MPS control daemon pods, in the release namespace only, for its own
+	// ServiceAccount only.
+	mps := toTyped[rbacv1.Role](t, r.Find("Role", DefaultReleaseName+"-plugin-mps-daemons"))
+	if mps.Namespace != DefaultNamespace {
+		t.Errorf("MPS daemons Role in namespace %q, want the release's", mps.Namespace)
+	}
+	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "create", "delete"}}}, mps.Rules); diff != "" {
+		t.Errorf("MPS daemons Role rules (-want +got):\n%s", diff)
+	}
+	rb := toTyped[rbacv1.RoleBinding](t, r.Find("RoleBinding", DefaultReleaseName+"-plugin-mps-daemons"))
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: DefaultReleaseName + "-gpu-plugin", Namespace: DefaultNamespace}}; !slices.Equal(rb.Subjects, want) {
+		t.Errorf("MPS daemons RoleBinding subjects %+v, want %+v", rb.Subjects, want)
+	}
+	if n := len(r.OfKind("ClusterRole")) + len(r.OfKind("Role")); n != 3 {
+		t.Errorf("%d roles rendered, want the plugin's three", n)
+	}
+	// Without the GPU plugin, or with daemons as its processes, no pods at all.
+	for name, values := range map[string]map[string]any{
+		"npu only":        valueSets["npu"].values,
+		"process daemons": {"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "process"}}},
+	} {
+		r, err := Render(Options{Values: values})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Find("Role", DefaultReleaseName+"-plugin-mps-daemons") != nil || r.Find("ValidatingAdmissionPolicy", DefaultReleaseName+"-mps-daemons") != nil {
+			t.Errorf("%s: the plugin may manage pods", name)
+		}
 	}
 }
 

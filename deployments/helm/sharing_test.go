@@ -2,6 +2,7 @@ package helm
 
 import (
 	"maps"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,6 +38,48 @@ func TestSharingValues(t *testing.T) {
 	}
 	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
 		t.Error("a non-boolean sharing.consumableMemory passed the schema")
+	}
+	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "thread"}}}, "gpu.accel-dra.io", nil); err == nil {
+		t.Error("sharing.mpsDaemons thread passed the schema")
+	}
+}
+
+// TestMPSDaemonValues: by default the GPU plugin runs MPS control daemons as pods of the release
+// namespace with its own image and priority, and as processes when asked; the NPU plugin has
+// no MPS.
+func TestMPSDaemonValues(t *testing.T) {
+	image := map[string]any{"repository": "registry.example/accel-dra-kubelet-plugin", "tag": "v9"}
+	for name, tc := range map[string]struct {
+		values                    map[string]any
+		mode, ns, image, priority string
+	}{
+		"default": {map[string]any{"plugin": map[string]any{"image": image}}, "pod", DefaultNamespace, "registry.example/accel-dra-kubelet-plugin:v9", "system-node-critical"},
+		"process": {map[string]any{"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "process"}}}, "process", "", "", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args, err := PluginArgs(tc.values, "gpu.accel-dra.io", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := nodeplugin.NewOptions()
+			o.MPSDaemonNamespace = ""
+			if err := o.NewFlagSet().Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			if o.MPSDaemons != tc.mode || o.MPSDaemonNamespace != tc.ns || o.MPSDaemonImage != tc.image || o.MPSDaemonPriorityClassName != tc.priority {
+				t.Errorf("plugin options %q %q %q %q, want %q %q %q %q (args %q)", o.MPSDaemons, o.MPSDaemonNamespace, o.MPSDaemonImage, o.MPSDaemonPriorityClassName,
+					tc.mode, tc.ns, tc.image, tc.priority, args)
+			}
+		})
+	}
+	args, err := PluginArgs(map[string]any{"drivers": map[string]any{"npu": map[string]any{"enabled": true}}}, "npu.accel-dra.io", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "--mps-") {
+			t.Errorf("NPU plugin args have %s", a)
+		}
 	}
 }
 

@@ -164,7 +164,10 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 		kind = "npu"
 	}
 	values := map[string]any{
-		"mock": map[string]any{"enabled": true, kind + "Profile": o.Profile},
+		// A host process, with a runtime that starts no containers: its MPS daemons are its
+		// child processes, as docs/sharing.md says for a plugin run so.
+		"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "process"}},
+		"mock":   map[string]any{"enabled": true, kind + "Profile": o.Profile},
 		"drivers": map[string]any{
 			"gpu": map[string]any{"enabled": kind == "gpu", "driverName": o.Driver},
 			"npu": map[string]any{"enabled": kind == "npu", "driverName": o.Driver},

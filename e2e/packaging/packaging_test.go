@@ -42,6 +42,8 @@ import (
 	"github.com/accel-dra/accel-dra/deployments/helm"
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
+	"github.com/accel-dra/accel-dra/pkg/sharing/mpspod"
 )
 
 const (
@@ -160,6 +162,7 @@ func TestPackaging(t *testing.T) {
 	e.waitPolicyActive(ctx, t, r)
 	t.Run("WorkloadPodsAdmitted", func(t *testing.T) { e.testWorkloadPods(ctx, t, r) })
 	t.Run("NodeScopedSlices", func(t *testing.T) { e.testNodeScopedSlices(ctx, t, r) })
+	t.Run("NodeScopedMPSDaemonPods", func(t *testing.T) { e.testNodeScopedMPSDaemons(ctx, t, r) })
 	t.Run("PluginRBACIsLeast", func(t *testing.T) { e.testPluginRBAC(ctx, t, r) })
 	var node string
 	if !t.Run("PluginRunsWithChartArgsAndIdentity", func(t *testing.T) { node = e.testPluginRuns(ctx, t, r, vals) }) {
@@ -562,6 +565,82 @@ func (e *env) testNodeScopedSlices(ctx context.Context, t *testing.T, r *helm.Re
 	}
 }
 
+// testNodeScopedMPSDaemons: the GPU plugin's token bound to a pod on node A creates and deletes
+// the MPS control daemon pods the plugin builds (mpspod) for node A, and nothing else: no daemon
+// pod of another node, no pod that is not a daemon's (the plugin pods beside it), no daemon pod
+// with API credentials; a token not bound to a pod none at all.
+func (e *env) testNodeScopedMPSDaemons(ctx context.Context, t *testing.T, r *helm.Rendered) {
+	e.createNode(ctx, t, "mps-node-a")
+	e.createNode(ctx, t, "mps-node-b")
+	sa := pluginSA(t, r, gpuDriver)
+	self := e.boundPod(ctx, t, sa, "mps-node-a")
+	mine := e.clientFor(t, e.token(ctx, t, sa, self)).CoreV1().Pods(releaseNS)
+	unbound := e.clientFor(t, e.token(ctx, t, sa, nil)).CoreV1().Pods(releaseNS)
+	admin := e.client.CoreV1().Pods(releaseNS)
+	daemon := func(node, key string) *corev1.Pod {
+		return mpspod.Pods{Namespace: releaseNS, NodeName: node, DriverName: gpuDriver, Image: "accel-dra-kubelet-plugin:dev", HostDriverRoot: "/"}.
+			Pod(sharing.DaemonSpec{Key: key, Dir: "/var/lib/kubelet/plugins/gpu.accel-dra.io/mps/" + key, Devices: []string{key}})
+	}
+	t.Cleanup(func() {
+		_ = admin.DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))},
+			metav1.ListOptions{LabelSelector: mpspod.ComponentLabel + "=" + mpspod.Component})
+	})
+	// The policy is picked up within about a second of being applied.
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := mine.Create(ctx, daemon("mps-node-b", "GPU-probe"), dryRun)
+		return apierrors.IsForbidden(err), nil
+	}); err != nil {
+		t.Fatalf("the policy never refused a daemon pod of another node: %v", err)
+	}
+
+	// Its own node's daemon pod: create, read, list, delete.
+	own, err := mine.Create(ctx, daemon("mps-node-a", "GPU-a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("plugin on mps-node-a creating its daemon pod: %v", err)
+	}
+	if _, err := mine.Get(ctx, own.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("plugin reading its daemon pod: %v", err)
+	}
+	if _, err := mine.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=mps-node-a"}); err != nil {
+		t.Errorf("plugin listing its node's daemon pods: %v", err)
+	}
+	if err := mine.Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("plugin on mps-node-a deleting its daemon pod: %v", err)
+	}
+
+	_, err = mine.Create(ctx, daemon("mps-node-b", "GPU-b"), metav1.CreateOptions{})
+	wantForbidden(t, "plugin on mps-node-a creating a daemon pod of mps-node-b", err, "may not create or delete pods of node 'mps-node-b'")
+	unboundPod := daemon("", "GPU-u")
+	_, err = mine.Create(ctx, unboundPod, metav1.CreateOptions{})
+	wantForbidden(t, "plugin creating a daemon pod the scheduler would place", err, "pods that are not bound to a node")
+	other := daemon("mps-node-a", "GPU-c")
+	delete(other.Labels, mpspod.ComponentLabel)
+	_, err = mine.Create(ctx, other, metav1.CreateOptions{})
+	wantForbidden(t, "plugin creating a pod that is not a daemon's", err, "only MPS control daemon pods")
+	for what, change := range map[string]func(*corev1.Pod){
+		"a service account token": func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil },
+		"a Secret volume": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "x"}}})
+		},
+	} {
+		p := daemon("mps-node-a", "GPU-d")
+		change(p)
+		_, err = mine.Create(ctx, p, dryRun)
+		wantForbidden(t, "plugin creating a daemon pod with "+what, err, "no API credentials")
+	}
+	theirs, err := admin.Create(ctx, daemon("mps-node-b", "GPU-e"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = mine.Delete(ctx, theirs.Name, metav1.DeleteOptions{})
+	wantForbidden(t, "plugin on mps-node-a deleting mps-node-b's daemon pod", err, "pods of node 'mps-node-b'")
+	err = mine.Delete(ctx, self.Name, metav1.DeleteOptions{})
+	wantForbidden(t, "plugin deleting its own pod", err, "only MPS control daemon pods")
+	_, err = unbound.Create(ctx, daemon("mps-node-a", "GPU-f"), metav1.CreateOptions{})
+	wantForbidden(t, "unbound plugin token creating a daemon pod", err, "not bound to a pod")
+}
+
 // testPluginRBAC checks the plugin ServiceAccounts' permissions with SubjectAccessReviews: what
 // the plugin calls is allowed, and a sample of what it does not call is not.
 func (e *env) testPluginRBAC(ctx context.Context, t *testing.T, r *helm.Rendered) {
@@ -589,13 +668,24 @@ func (e *env) testPluginRBAC(ctx context.Context, t *testing.T, r *helm.Rendered
 		{"", "nodes", "patch", ""},
 		{"", "events", "create", "team-a"},
 		{"", "pods", "list", ""},
-		{"", "pods", "get", releaseNS},
+		{"", "pods", "get", "team-a"},
+		{"", "pods", "create", "team-a"},
+		{"", "pods", "update", releaseNS},
+		{"", "pods", "patch", releaseNS},
 		{"", "secrets", "get", releaseNS},
 		{"", "secrets", "list", ""},
 		{"", "configmaps", "get", releaseNS},
 		{"", "serviceaccounts", "create", releaseNS},
 	}
+	// The GPU plugin's MPS control daemon pods, in the release namespace only.
+	daemonPods := []access{{"", "pods", "get", releaseNS}, {"", "pods", "list", releaseNS}, {"", "pods", "create", releaseNS}, {"", "pods", "delete", releaseNS}}
 	for _, driver := range []string{gpuDriver, npuDriver} {
+		allowed, denied := allowed, denied
+		if driver == gpuDriver {
+			allowed = append(slices.Clone(allowed), daemonPods...)
+		} else {
+			denied = append(slices.Clone(denied), daemonPods...)
+		}
 		sa := pluginSA(t, r, driver)
 		user := "system:serviceaccount:" + releaseNS + ":" + sa
 		check := func(a access) bool {

@@ -37,7 +37,7 @@ func TestMPS(t *testing.T) {
 	defer cancel()
 	ctl := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
 	e, _ := startEnv(ctx, t, "--nvidia-mps-control-path="+ctl)
-	mps := sharing.MPS{Control: ctl, Root: filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mps")}
+	mps := e.mps(t, ctl)
 	mockDir := filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mock")
 	cleanupMPS(t, mps)
 
@@ -84,8 +84,8 @@ func TestMPS(t *testing.T) {
 			t.Errorf("daemon log lacks %q:\n%s", want, log())
 		}
 	}
-	pid, ok := mps.Running(uid)
-	if !ok {
+	pid := daemonPID(t, mps, uid)
+	if !running(t, mps, uid) {
 		t.Fatal("no MPS daemon running for the prepared claim")
 	}
 
@@ -157,13 +157,13 @@ func TestMPS(t *testing.T) {
 
 	// kill -9 of the plugin: the daemon lives on, and the restarted plugin adopts it.
 	e.plugin.Kill()
-	if _, ok := mps.Running(uid); !ok {
+	if !running(t, mps, uid) {
 		t.Fatal("the MPS daemon died with the plugin")
 	}
 	if err := e.plugin.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if again, ok := mps.Running(uid); !ok || again != pid {
+	if again, ok := daemonPID(t, mps, uid), running(t, mps, uid); !ok || again != pid {
 		t.Fatalf("after the plugin's restart: daemon %d (running %v), want %d adopted", again, ok, pid)
 	}
 	checkShm("adopted", rec, shm, 1)
@@ -175,7 +175,7 @@ func TestMPS(t *testing.T) {
 	if err := e.plugin.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if again, ok := mps.Running(uid); !ok || again == pid {
+	if again, ok := daemonPID(t, mps, uid), running(t, mps, uid); !ok || again == pid {
 		t.Fatalf("after plugin and daemon died: daemon %d (running %v), want a new one", again, ok)
 	}
 	if n := strings.Count(log(), "command set_default_active_thread_percentage 50"); n != 2 {
@@ -194,8 +194,7 @@ func TestMPS(t *testing.T) {
 	}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		for _, u := range []string{uid, uid2} {
-			_, running := mps.Running(u)
-			if _, statErr := os.Stat(filepath.Join(mps.Root, u)); running || !os.IsNotExist(statErr) {
+			if _, statErr := os.Stat(filepath.Join(mps.Root, u)); running(t, mps, u) || !os.IsNotExist(statErr) {
 				return false, nil
 			}
 		}
@@ -231,12 +230,44 @@ func (e *env) createMPSClaim(t *testing.T, name, selector string) string {
 	return string(created.UID)
 }
 
+// mps is the plugin's MPS as a test sees it: the plugin's directory, and its binary as the
+// runner that probes daemons, with the control binary ctl.
+func (e *env) mps(t *testing.T, ctl string) sharing.MPS {
+	t.Helper()
+	self, err := framework.Binary("accel-dra-kubelet-plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sharing.MPS{Root: filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mps"),
+		Daemons: sharing.Processes{Control: sharing.MPSControl{Path: ctl}, Self: self}}
+}
+
+// running reports whether the daemon key runs and answers.
+func running(t *testing.T, mps sharing.MPS, key string) bool {
+	t.Helper()
+	ok, err := mps.Running(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// daemonPID is the PID of the stand-in daemon that started last for key, 0 for none.
+func daemonPID(t *testing.T, mps sharing.MPS, key string) int {
+	t.Helper()
+	_, log := mps.Dirs(key)
+	if pids := standin.MPSDaemonPIDs(t, log); len(pids) > 0 {
+		return pids[len(pids)-1]
+	}
+	return 0
+}
+
 // cleanupMPS stops, when t ends, whatever daemons and mounts it left under mps.Root. The plugin
 // runs in this machine's mount namespace: what a failed test leaves there must go before the
 // node's directory is removed.
 func cleanupMPS(t *testing.T, mps sharing.MPS) {
 	t.Cleanup(func() {
-		keys, _ := mps.Keys()
+		keys, _ := mps.Keys(context.Background())
 		for _, k := range keys {
 			if err := mps.Stop(context.Background(), k); err != nil {
 				t.Logf("cleaning up MPS daemon %s: %v", k, err)

@@ -21,7 +21,6 @@ import (
 	"github.com/accel-dra/accel-dra/e2e/framework"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/driver"
-	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
 
 // testMPSShares: three pods with MPS claims of 20, 20 and 40 GiB land on one 80 GiB GPU, and
@@ -33,7 +32,7 @@ import (
 // (adopted), and goes with the last share, with its directory, its tmpfs and the GPU's
 // EXCLUSIVE_PROCESS compute mode.
 func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slices []resourceapi.ResourceSlice) {
-	mps := sharing.MPS{Control: ctl, Root: filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mps")}
+	mps := e.mps(t, ctl)
 	mockDir := filepath.Join(e.node.PluginDataDir(framework.GPUDriver), "mock")
 	cleanupMPS(t, mps)
 	var uuid1 string
@@ -62,8 +61,8 @@ func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slice
 			t.Fatalf("%v\n%s", err, framework.DescribePod(ctx, e.client, ns, "p-"+s.name))
 		}
 	}
-	pid, ok := mps.Running(uuid1)
-	if !ok {
+	pid := daemonPID(t, mps, uuid1)
+	if !running(t, mps, uuid1) {
 		t.Fatalf("no MPS daemon for GPU %s with three MPS shares prepared", uuid1)
 	}
 	pipe, logDir := mps.Dirs(uuid1)
@@ -136,7 +135,7 @@ func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slice
 	if err := e.plugin.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if again, ok := mps.Running(uuid1); !ok || again != pid {
+	if again, ok := daemonPID(t, mps, uuid1), running(t, mps, uuid1); !ok || again != pid {
 		t.Fatalf("after one share went and the plugin was killed: daemon %d (running %v), want %d", again, ok, pid)
 	}
 	if err := allocate(recs["mps-s2"], 40<<10); err != nil {
@@ -147,9 +146,8 @@ func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slice
 		e.deletePod(t, p)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, running := mps.Running(uuid1)
 		_, statErr := os.Stat(filepath.Join(mps.Root, uuid1))
-		return !running && os.IsNotExist(statErr), nil
+		return !running(t, mps, uuid1) && os.IsNotExist(statErr), nil
 	})
 	if err != nil {
 		t.Fatalf("the GPU's MPS daemon or its directory is left after its last share went:\n%s", daemonLog())

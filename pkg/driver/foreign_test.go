@@ -271,7 +271,7 @@ func TestNewerRecordKeepsItsMPSDaemon(t *testing.T) {
 	if err := e.unprepare("s1"); err == nil {
 		t.Error("this plugin unprepared a newer plugin's MPS claim")
 	}
-	if _, ok := m.Running(u0); !ok {
+	if !mpsRunning(t, m, u0) {
 		t.Error("the MPS daemon of a newer plugin's claim was stopped")
 	}
 	e.assertKept("s1", data)
@@ -335,7 +335,7 @@ func TestUnreadableRecordStopsNoDaemon(t *testing.T) {
 		t.Error("s1's record is left")
 	}
 	for _, key := range []string{u0, "gone-claim"} {
-		if _, ok := m.Running(key); !ok {
+		if !mpsRunning(t, m, key) {
 			t.Errorf("daemon %s was stopped next to an unreadable record", key)
 		}
 	}

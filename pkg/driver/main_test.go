@@ -8,10 +8,10 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
-// TestMain makes the test binary the MPS shim too (sharing.MPS.Shim defaults to the running
-// binary), and runs the tests in a mount namespace of their own, where the MPS tests mount
-// their claims' /dev/shm.
+// TestMain makes the test binary an MPS daemon's runner too (sharing.Processes.Self defaults to
+// the running binary), and runs the tests in a mount namespace of their own, where the MPS tests
+// mount their claims' /dev/shm.
 func TestMain(m *testing.M) {
-	sharing.RunShim(os.Args)
+	sharing.RunDaemonCommand(os.Args)
 	standin.Main(m)
 }

@@ -5,19 +5,26 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	stdslices "slices"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
+	"github.com/accel-dra/accel-dra/pkg/sharing/mpspod"
 	"github.com/accel-dra/accel-dra/pkg/sharing/standin"
 )
 
@@ -52,7 +59,7 @@ func (f *fakeModes) take() string {
 func mpsEnv(t *testing.T) (*env, *sharing.MPS, *fakeModes) {
 	standin.NeedMount(t)
 	bin := standin.Build(t, standin.MockTools, "nvidia-cuda-mps-control")
-	m := &sharing.MPS{Control: bin, Root: filepath.Join(t.TempDir(), "mps")}
+	m := &sharing.MPS{Root: filepath.Join(t.TempDir(), "mps"), Daemons: sharing.Processes{Control: sharing.MPSControl{Path: bin}}}
 	f := &fakeModes{modes: map[string]device.ComputeMode{}, fail: map[string]bool{}}
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, dir: t.TempDir(), inv: inventory(2), kube: fake.NewClientset(), boot: bootA,
@@ -67,6 +74,37 @@ func mpsEnv(t *testing.T) (*env, *sharing.MPS, *fakeModes) {
 	return e, m, f
 }
 
+// mpsRunning is m.Running, failing t on an error.
+func mpsRunning(t *testing.T, m *sharing.MPS, key string) bool {
+	t.Helper()
+	ok, err := m.Running(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// mpsPID is the PID of the last stand-in daemon that started for key, 0 for none.
+func mpsPID(t *testing.T, m *sharing.MPS, key string) int {
+	t.Helper()
+	_, log := m.Dirs(key)
+	if pids := standin.MPSDaemonPIDs(t, log); len(pids) > 0 {
+		return pids[len(pids)-1]
+	}
+	return 0
+}
+
+// killMPS kills the daemon key (a crash) and waits until it no longer runs.
+func killMPS(t *testing.T, m *sharing.MPS, key string) {
+	t.Helper()
+	if err := syscall.Kill(mpsPID(t, m, key), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for mpsRunning(t, m, key) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestMPS(t *testing.T) {
 	e, m, f := mpsEnv(t)
 	c := claim("m1", []result{{Device: "gpu-0"}, {Device: "gpu-1"}},
@@ -75,8 +113,8 @@ func TestMPS(t *testing.T) {
 	if r := e.prepare(c); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	pid, ok := m.Running("m1")
-	if !ok {
+	pid := mpsPID(t, m, "m1")
+	if !mpsRunning(t, m, "m1") {
 		t.Fatal("no MPS daemon after prepare")
 	}
 	pipe, logDir := m.Dirs("m1")
@@ -115,51 +153,36 @@ func TestMPS(t *testing.T) {
 
 	// A plugin restart adopts the running daemon.
 	e.start()
-	if again, ok := m.Running("m1"); !ok || again != pid {
+	if again, ok := mpsPID(t, m, "m1"), mpsRunning(t, m, "m1"); !ok || again != pid {
 		t.Fatalf("after a plugin restart: daemon %d running %v, want %d adopted", again, ok, pid)
 	}
-	// A daemon that died with the plugin (a container restart) is started again, with its limits.
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, ok := m.Running("m1"); !ok {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// A daemon that died (with the plugin's container, or by itself) is started again, with
+	// its limits.
+	killMPS(t, m, "m1")
 	if err := os.Remove(filepath.Join(logDir, "control.log")); err != nil {
 		t.Fatal(err)
 	}
 	e.start()
-	again, ok := m.Running("m1")
-	if !ok || again == pid {
+	again, ok := mpsPID(t, m, "m1"), mpsRunning(t, m, "m1")
+	if !ok || again == pid || again == 0 {
 		t.Fatalf("after the daemon died: running %v pid %d (was %d), want a new daemon", ok, again, pid)
 	}
 	checkLog("restart")
 
 	// The kubelet's prepare of a prepared claim (after its own restart) also brings a dead
 	// daemon back.
-	if err := syscall.Kill(again, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, ok := m.Running("m1"); !ok {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	killMPS(t, m, "m1")
 	if r := e.prepare(c); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if third, ok := m.Running("m1"); !ok || third == again {
+	if third, ok := mpsPID(t, m, "m1"), mpsRunning(t, m, "m1"); !ok || third == again {
 		t.Fatalf("after prepare of a prepared claim whose daemon died: running %v pid %d", ok, third)
 	}
 
 	if err := e.unprepare("m1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Running("m1"); ok {
+	if mpsRunning(t, m, "m1") {
 		t.Error("MPS daemon still running after unprepare")
 	}
 	if _, err := os.Stat(filepath.Join(m.Root, "m1")); !os.IsNotExist(err) {
@@ -318,8 +341,8 @@ func TestMPSShares(t *testing.T) {
 	if r := e.prepare(s1); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	pid, ok := m.Running(u0)
-	if !ok {
+	pid := mpsPID(t, m, u0)
+	if !mpsRunning(t, m, u0) {
 		t.Fatal("no MPS daemon for the GPU after its first share was prepared")
 	}
 	if got := f.take(); got != u0+"=EXCLUSIVE_PROCESS" {
@@ -332,7 +355,7 @@ func TestMPSShares(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if again, ok := m.Running(u0); !ok || again != pid {
+	if again, ok := mpsPID(t, m, u0), mpsRunning(t, m, u0); !ok || again != pid {
 		t.Fatalf("after three shares: daemon %d (running %v), want the first share's %d", again, ok, pid)
 	}
 	pipe, logDir := m.Dirs(u0)
@@ -340,7 +363,7 @@ func TestMPSShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(log), "daemon started"); n != 1 || strings.Contains(string(log), "command ") || !strings.Contains(string(log), "CUDA_VISIBLE_DEVICES="+u0+"\n") {
+	if n := strings.Count(string(log), "daemon started"); n != 1 || strings.Contains(string(log), "command set_") || !strings.Contains(string(log), "CUDA_VISIBLE_DEVICES="+u0+"\n") {
 		t.Errorf("the GPU's daemon was started %d times, or given commands, or not on the GPU alone:\n%s", n, log)
 	}
 	for c, want := range map[string][]string{
@@ -372,7 +395,7 @@ func TestMPSShares(t *testing.T) {
 	if err := unprepareOn(e.ctx, b, "s2"); err != nil {
 		t.Fatal(err)
 	}
-	if again, ok := m.Running(u0); !ok || again != pid {
+	if again, ok := mpsPID(t, m, u0), mpsRunning(t, m, u0); !ok || again != pid {
 		t.Fatalf("after two of three shares went: daemon %d (running %v), want %d", again, ok, pid)
 	}
 	if mounted, _ := sharing.IsMountPoint(m.ShmDir(u0)); !mounted {
@@ -383,7 +406,7 @@ func TestMPSShares(t *testing.T) {
 	}
 	// A restart keeps it.
 	e.start()
-	if again, ok := m.Running(u0); !ok || again != pid {
+	if again, ok := mpsPID(t, m, u0), mpsRunning(t, m, u0); !ok || again != pid {
 		t.Fatalf("after a restart: daemon %d (running %v), want %d adopted", again, ok, pid)
 	}
 	f.take()
@@ -391,7 +414,7 @@ func TestMPSShares(t *testing.T) {
 	if err := unprepareOn(e.ctx, b, "s3"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Running(u0); ok || exists(filepath.Join(m.Root, u0)) {
+	if mpsRunning(t, m, u0) || exists(filepath.Join(m.Root, u0)) {
 		t.Errorf("the GPU's daemon or directory is left after its last share went")
 	}
 	if got := f.take(); got != u0+"=DEFAULT" {
@@ -421,11 +444,133 @@ func TestMPSSweep(t *testing.T) {
 		t.Errorf("daemons stopped at start-up: %q, want %q", got, want)
 	}
 	for _, key := range []string{u1, "gone-claim"} {
-		if _, ok := m.Running(key); ok || exists(filepath.Join(m.Root, key)) {
+		if mpsRunning(t, m, key) || exists(filepath.Join(m.Root, key)) {
 			t.Errorf("daemon %s that no record counts on is left", key)
 		}
 	}
-	if _, ok := m.Running(u0); !ok {
+	if !mpsRunning(t, m, u0) {
 		t.Error("the daemon of a prepared share was stopped at start-up")
+	}
+}
+
+// podKubelet stands in for the node's kubelet for MPS daemon pods on the fake API server: it
+// marks every daemon pod ready once it exists, as the kubelet does when the pod's startup probe
+// (the runner's) succeeds. It runs until t ends.
+func podKubelet(t *testing.T, kube *fake.Clientset) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			pods, _ := kube.CoreV1().Pods(mpsNamespace).List(ctx, metav1.ListOptions{})
+			for i := range pods.Items {
+				pod := &pods.Items[i]
+				if len(pod.Status.Conditions) > 0 {
+					continue
+				}
+				pod.Status.Phase = corev1.PodRunning
+				pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+				_, _ = kube.CoreV1().Pods(mpsNamespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+}
+
+const mpsNamespace = "accel-dra"
+
+// daemonPods are the MPS daemon pods on the fake API server, by key.
+func daemonPods(t *testing.T, kube *fake.Clientset) []string {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods(mpsNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, p := range pods.Items {
+		keys = append(keys, p.Annotations[mpspod.KeyAnnotation]+"@"+p.Spec.NodeName)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// TestMPSSharesInPods: with a pod per daemon, the GPU's daemon is one pod, created by the first
+// share and deleted by the last, whichever instance of the plugin prepares or unprepares them;
+// a restart and the other instance adopt it by its name without creating another; the sweep at
+// start-up deletes this node's daemon pods that no record counts on, and leaves other nodes'.
+func TestMPSSharesInPods(t *testing.T) {
+	standin.NeedMount(t)
+	f := &fakeModes{modes: map[string]device.ComputeMode{}, fail: map[string]bool{}}
+	_, ctx := ktesting.NewTestContext(t)
+	kube := fake.NewClientset()
+	creates := 0
+	kube.PrependReactor("create", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		creates++
+		return false, nil, nil
+	})
+	podKubelet(t, kube)
+	m := &sharing.MPS{Root: filepath.Join(t.TempDir(), "mps"), Daemons: mpspod.Pods{Client: kube, Namespace: mpsNamespace, NodeName: nodeName,
+		DriverName: driverName, Image: "plugin:v1", HostDriverRoot: "/", ReadyTimeout: 5 * time.Second, StopTimeout: 5 * time.Second}}
+	e := &env{t: t, ctx: ctx, dir: t.TempDir(), inv: inventory(2), kube: kube, boot: bootA,
+		tweak: func(o *Options) { o.MPS = m; o.ConsumableMemory = true; o.ComputeMode = f }}
+	e.start()
+	t.Cleanup(func() {
+		keys, _ := m.Keys(context.Background())
+		for _, k := range keys {
+			_ = m.Stop(context.Background(), k)
+		}
+	})
+	u0, u1 := e.inv.Devices[0].UUID, e.inv.Devices[1].UUID
+	s1, s2 := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`), mpsShare("s2", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	e.exist(s1, s2)
+	if r := e.prepare(s1); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := daemonPods(t, kube); !stdslices.Equal(got, []string{u0 + "@" + nodeName}) || creates != 1 {
+		t.Fatalf("daemon pods after the first share: %v (%d created)", got, creates)
+	}
+	if mounted, _ := sharing.IsMountPoint(m.ShmDir(u0)); !mounted {
+		t.Error("the GPU's /dev/shm tmpfs is not mounted before its pod runs")
+	}
+	// The new pod of a rolling update prepares the second share and adopts the pod.
+	b, _ := e.second(e.inv)
+	if err := prepareOn(e.ctx, b, s2); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	if creates != 1 {
+		t.Errorf("%d daemon pods created; the second share and the restart did not adopt the first", creates)
+	}
+	// A daemon pod no record counts on (its claim went while the plugin was down), and another
+	// node's.
+	orphan := mpspod.Pods{Client: kube, Namespace: mpsNamespace, NodeName: nodeName, DriverName: driverName}.Pod(sharing.DaemonSpec{Key: u1, Dir: filepath.Join(m.Root, u1)})
+	elsewhere := mpspod.Pods{Client: kube, Namespace: mpsNamespace, NodeName: "node-b", DriverName: driverName}.Pod(sharing.DaemonSpec{Key: "gone-claim", Dir: "/x"})
+	for _, p := range []*corev1.Pod{orphan, elsewhere} {
+		if _, err := kube.CoreV1().Pods(mpsNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := e.start(); !stdslices.Equal(rep.MPSStopped, []string{u1}) {
+		t.Errorf("daemons stopped at start-up: %v, want %s", rep.MPSStopped, u1)
+	}
+	if got := daemonPods(t, kube); !stdslices.Equal(got, []string{u0 + "@" + nodeName, "gone-claim@node-b"}) {
+		t.Errorf("daemon pods after the start-up sweep: %v", got)
+	}
+	// The first share goes through the new instance; the pod stays for the second.
+	if err := unprepareOn(e.ctx, b, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := daemonPods(t, kube); len(got) != 2 {
+		t.Errorf("daemon pods after one of two shares went: %v", got)
+	}
+	if err := e.unprepare("s2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := daemonPods(t, kube); !stdslices.Equal(got, []string{"gone-claim@node-b"}) || exists(filepath.Join(m.Root, u0)) {
+		t.Errorf("after the last share went: daemon pods %v, directory left %v", got, exists(filepath.Join(m.Root, u0)))
+	}
+	if f.modes[u0] != device.ComputeModeDefault {
+		t.Errorf("compute mode of %s after its last MPS share: %s", u0, f.modes[u0])
 	}
 }

@@ -70,8 +70,8 @@ func (e *env) checkClean(t *testing.T, f sharingFakes, uid types.UID, drivers ..
 		f.modes.mu.Unlock()
 	}
 	if f.mps != nil {
-		if pid, ok := f.mps.Running(string(uid)); ok {
-			t.Errorf("claim %s: MPS daemon %d left running", uid, pid)
+		if mpsRunning(t, f.mps, string(uid)) {
+			t.Errorf("claim %s: MPS daemon left running", uid)
 		}
 	}
 	for i, d := range drivers {

@@ -284,7 +284,7 @@ func (d *Driver) sweepMPS(ctx context.Context) []string {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	keys, err := d.opts.MPS.Keys()
+	keys, err := d.opts.MPS.Keys(ctx)
 	if err != nil {
 		logger.Error(err, "Cannot look for MPS control daemons that no claim uses")
 		return nil

@@ -443,7 +443,8 @@ func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
 // what a prepared claim's sharing runs: its MPS daemon is adopted if it outlived the plugin, or
 // started again (with its limits) if it did not. A failure is logged and left for the claim's
 // unprepare: the claim's containers may already run. Both callers hold the node lock; starting
-// a daemon is rare and takes only until its control pipe exists.
+// a daemon is rare and takes until it is ready (its pod started and its pipe answering, bounded
+// by mpspod.DefaultReadyTimeout).
 func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
 	if !isMPS(c) || d.opts.MPS == nil {
 		return

@@ -41,7 +41,7 @@ func TestDriverWatchSeesARemountedRoot(t *testing.T) {
 	// The driver containers' root file systems, one per version.
 	versions := map[string]string{"old": "570.124.06", "new": "580.65.06"}
 	for name, v := range versions {
-		if err := nvmlmock.WriteDriverRoot(filepath.Join(dir, name), v); err != nil {
+		if err := nvmlmock.WriteDriverRootOfVersion(filepath.Join(dir, name), v); err != nil {
 			t.Fatal(err)
 		}
 	}

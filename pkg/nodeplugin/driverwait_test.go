@@ -64,7 +64,7 @@ func TestWaitsForTheDriver(t *testing.T) {
 		t.Errorf("/readyz while waiting for the driver = %d %q, %v; want 503", code, body, err)
 	}
 
-	if err := nvmlmock.WriteDriverRoot(root, "570.124.06"); err != nil {
+	if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
 		t.Fatal(err)
 	}
 	lib, err := filepath.EvalSymlinks(filepath.Join(root, nvmlmock.DriverLibDir, "libnvidia-ml.so.1"))

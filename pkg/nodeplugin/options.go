@@ -88,26 +88,36 @@ type Options struct {
 	// NVIDIASMIPath is the nvidia-smi that sets GPU time-slices; empty: usr/bin/nvidia-smi
 	// under the NVIDIA driver root.
 	NVIDIASMIPath string
-	// NVIDIAMPSControlPath is the nvidia-cuda-mps-control that runs claims' MPS daemons;
-	// empty: usr/bin/nvidia-cuda-mps-control under the NVIDIA driver root.
+	// NVIDIAMPSControlPath is the nvidia-cuda-mps-control that runs claims' MPS daemons, run
+	// without chroot; empty: /usr/bin/nvidia-cuda-mps-control inside the NVIDIA driver root,
+	// run chrooted into it.
 	NVIDIAMPSControlPath string
+	// MPSDaemons says where MPS control daemons run: MPSDaemonsPod (a pod each, in
+	// MPSDaemonNamespace, running MPSDaemonImage) or MPSDaemonsProcess (child processes).
+	MPSDaemons                 string
+	MPSDaemonNamespace         string
+	MPSDaemonImage             string
+	MPSDaemonPriorityClassName string
 }
 
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:         os.Getenv("NODE_NAME"),
-		Backend:          "nvml",
-		SysfsRoot:        "/sys",
-		DevRoot:          "/dev",
-		CDIRoot:          "/var/run/cdi",
-		RegistrarDir:     "/var/lib/kubelet/plugins_registry",
-		BootIDFile:       bootid.DefaultPath,
-		HTTPAddress:      ":8080",
-		PodUID:           os.Getenv("POD_UID"),
-		NVIDIADriverRoot: "/",
-		NVIDIAProcRoot:   nvmlbackend.DefaultProcRoot,
-		AscendDriverRoot: "/",
+		NodeName:     os.Getenv("NODE_NAME"),
+		Backend:      "nvml",
+		SysfsRoot:    "/sys",
+		DevRoot:      "/dev",
+		CDIRoot:      "/var/run/cdi",
+		RegistrarDir: "/var/lib/kubelet/plugins_registry",
+		BootIDFile:   bootid.DefaultPath,
+		HTTPAddress:  ":8080",
+		PodUID:       os.Getenv("POD_UID"),
+		// A plugin run by hand or by the e2e harness is a host process; the chart sets pod.
+		MPSDaemons:         MPSDaemonsProcess,
+		MPSDaemonNamespace: os.Getenv("POD_NAMESPACE"),
+		NVIDIADriverRoot:   "/",
+		NVIDIAProcRoot:     nvmlbackend.DefaultProcRoot,
+		AscendDriverRoot:   "/",
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
 		DriverCheckInterval: 30 * time.Second,
 		DeviceHealth:        true,
@@ -150,7 +160,11 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Mount a file with the attributes of a claim's devices (UUID, PCI bus ID, NUMA node...) into its containers, under /var/run/kubernetes.io/dra-device-attributes/ (see docs/health.md).")
 	fs.BoolVar(&o.ConsumableMemory, "consumable-memory", o.ConsumableMemory, "Publish each device with allowMultipleAllocations and a memory capacity with a request policy (DRAConsumableCapacity), so that several claims share it, each with the memory it asks for; nothing on the GPU enforces the share without MPS (see docs/sharing.md).")
 	fs.StringVar(&o.NVIDIASMIPath, "nvidia-smi-path", o.NVIDIASMIPath, "nvidia-smi used to set GPU time-slices for claims with sharing strategy TimeSlicing (default: usr/bin/nvidia-smi under --nvidia-driver-root, or the mock's driver root).")
-	fs.StringVar(&o.NVIDIAMPSControlPath, "nvidia-mps-control-path", o.NVIDIAMPSControlPath, "nvidia-cuda-mps-control that runs one MPS control daemon per claim with sharing strategy MPS (default: usr/bin/nvidia-cuda-mps-control under --nvidia-driver-root); daemons live under <plugin data dir>/mps.")
+	fs.StringVar(&o.NVIDIAMPSControlPath, "nvidia-mps-control-path", o.NVIDIAMPSControlPath, "nvidia-cuda-mps-control that runs the MPS control daemons of claims with sharing strategy MPS, run as it is without chroot: a path on the host with --mps-daemons=pod (the daemon pods mount it), on this process's filesystem with --mps-daemons=process; for a stand-in that needs no driver root. Default: /usr/bin/nvidia-cuda-mps-control inside --nvidia-driver-root, run chrooted into it. Daemons live under <plugin data dir>/mps.")
+	fs.StringVar(&o.MPSDaemons, "mps-daemons", o.MPSDaemons, "Where MPS control daemons run: pod (one pod per daemon on this node, in --mps-daemon-namespace, running --mps-daemon-image: daemons outlive the plugin's pod, as the chart installs it) or process (child processes of the plugin, which end with its container: for a plugin that runs as a process on the host). See docs/sharing.md.")
+	fs.StringVar(&o.MPSDaemonNamespace, "mps-daemon-namespace", o.MPSDaemonNamespace, "Namespace of the MPS control daemon pods (default $POD_NAMESPACE, the plugin's own through the downward API).")
+	fs.StringVar(&o.MPSDaemonImage, "mps-daemon-image", o.MPSDaemonImage, "Image of the MPS control daemon pods: the plugin's own, whose binary runs each daemon.")
+	fs.StringVar(&o.MPSDaemonPriorityClassName, "mps-daemon-priority-class-name", o.MPSDaemonPriorityClassName, "Priority class of the MPS control daemon pods.")
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
@@ -179,6 +193,9 @@ func (o *Options) Complete() error {
 	}
 	if o.MockDir == "" {
 		o.MockDir = filepath.Join(o.PluginDataDir, "mock")
+	}
+	if o.MPSDaemons != MPSDaemonsPod && o.MPSDaemons != MPSDaemonsProcess {
+		return fmt.Errorf("--mps-daemons=%q: want %s or %s", o.MPSDaemons, MPSDaemonsPod, MPSDaemonsProcess)
 	}
 	if _, err := health.ParseEffects(o.DeviceTaintEffects); err != nil {
 		return fmt.Errorf("--device-taint-effects: %w", err)

@@ -142,12 +142,16 @@ func Run(ctx context.Context, o *Options) error {
 	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName)
 	defer stopEvents()
 
+	mps, err := mpsControl(o, src, inv.Kind, kube)
+	if err != nil {
+		return err
+	}
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
 		MIG:              partitioner,
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
-		MPS: mpsControl(o, src, inv.Kind), ComputeMode: computeModeSetter(be, inv.Kind),
+		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
 	})
 	if err != nil {
 		return err

@@ -1,11 +1,17 @@
 package nodeplugin
 
 import (
+	"cmp"
+	"fmt"
 	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
+	"github.com/accel-dra/accel-dra/pkg/sharing/mpspod"
 )
 
 // timeSlicer is the driver's nvidia-smi for GPU nodes (the mock's driver root has a stand-in),
@@ -24,21 +30,43 @@ func timeSlicer(o *Options, src *driverSource, kind device.Kind) sharing.TimeSli
 	return smi
 }
 
+// MPS daemon modes (--mps-daemons).
+const (
+	MPSDaemonsProcess = "process"
+	MPSDaemonsPod     = "pod"
+)
+
 // mpsControl runs MPS daemons with the driver's nvidia-cuda-mps-control, under the plugin data
 // directory (the same path on the host, where the containers' mounts come from); nil for NPUs
-// and for a node without driver files and without --nvidia-mps-control-path.
-func mpsControl(o *Options, src *driverSource, kind device.Kind) *sharing.MPS {
+// and for a node without driver files and without --nvidia-mps-control-path. The control
+// binary runs chrooted into the driver root, or as --nvidia-mps-control-path names it. Each
+// daemon runs in a pod of its own (--mps-daemons=pod, the chart's choice: it outlives the
+// plugin's pod) or as a child process of the plugin (a plugin that runs as a host process).
+func mpsControl(o *Options, src *driverSource, kind device.Kind, kube kubernetes.Interface) (*sharing.MPS, error) {
 	if kind != device.KindGPU || o.NVIDIAMPSControlPath == "" && src.root == "" {
-		return nil
+		return nil, nil
 	}
-	m := &sharing.MPS{Control: o.NVIDIAMPSControlPath, Root: filepath.Join(o.PluginDataDir, "mps")}
-	if src.root != "" {
-		m.LibraryPath = sharing.DriverLibraryDirs(src.root)
+	m := &sharing.MPS{Root: filepath.Join(o.PluginDataDir, "mps")}
+	if o.MPSDaemons != MPSDaemonsPod {
+		c := sharing.MPSControl{Path: o.NVIDIAMPSControlPath}
+		if c.Path == "" {
+			c = sharing.MPSControl{Root: src.root, Path: sharing.DefaultControlPath}
+		}
+		m.Daemons = sharing.Processes{Control: c}
+		return m, nil
 	}
-	if m.Control == "" {
-		m.Control = filepath.Join(src.root, "usr/bin/nvidia-cuda-mps-control")
+	if o.MPSDaemonNamespace == "" || o.MPSDaemonImage == "" {
+		return nil, fmt.Errorf("--mps-daemons=%s needs --mps-daemon-namespace (or $POD_NAMESPACE) and --mps-daemon-image", MPSDaemonsPod)
 	}
-	return m
+	p := mpspod.Pods{Client: kube, Namespace: o.MPSDaemonNamespace, NodeName: o.NodeName, DriverName: o.DriverName,
+		Image: o.MPSDaemonImage, ImagePullPolicy: corev1.PullIfNotPresent, PriorityClassName: o.MPSDaemonPriorityClassName,
+		ControlPath: o.NVIDIAMPSControlPath}
+	if p.ControlPath == "" {
+		// The pod mounts the driver root from the host.
+		p.HostDriverRoot, p.ControlPath = cmp.Or(src.hostRoot, src.root), sharing.DefaultControlPath
+	}
+	m.Daemons = p
+	return m, nil
 }
 
 // computeModeSetter is the backend, for the compute modes of sharing claims' GPUs, if it can set

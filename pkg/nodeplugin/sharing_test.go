@@ -30,7 +30,7 @@ func TestTimeSliceWithTheHostsCLibrary(t *testing.T) {
 		_ = os.Unsetenv(v)
 	}
 	root := t.TempDir()
-	if err := nvmlmock.WriteDriverRoot(root, "570.124.06"); err != nil {
+	if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
 		t.Fatal(err)
 	}
 	writeForeignLibc(t, filepath.Join(root, nvmlmock.DriverLibDir, "libc.so.6"))

@@ -14,20 +14,14 @@ import (
 // container may see it. Like NVIDIA's DRA driver, the plugin mounts a tmpfs per daemon at
 // <Root>/<key>/shm (on the host, through the data directory's bidirectional mount propagation)
 // and mounts that directory at /dev/shm in the daemon and in its claims' containers (CDI): one
-// claim's, or those of every MPS share of one GPU. The daemon gets it through a shim: the plugin's own binary, started in a new mount
-// namespace, bind-mounts the directory over /dev/shm there and then executes the control
-// binary (Go cannot mount between fork and exec).
+// claim's, or those of every MPS share of one GPU. The daemon gets it from its runner
+// (mpsdaemon.go), which bind-mounts the directory over /dev/shm in a mount namespace of its
+// own (a new one, or its pod's container's) before it starts the daemon.
 
 // DefaultShmSize is the size limit of a daemon's /dev/shm tmpfs: half of the node's memory,
 // which is tmpfs's own default and what NVIDIA's driver uses. tmpfs takes memory only for what
 // is stored in it; the limit caps what one daemon's MPS clients can pin there.
 const DefaultShmSize = "50%"
-
-// ShimArg is the hidden first argument that makes the plugin binary the shim (RunShim).
-const ShimArg = "__accel-dra-mps-shm-exec"
-
-// SelfExe is the shim binary MPS uses by default: the running plugin itself.
-const SelfExe = "/proc/self/exe"
 
 // ShmDir is the host directory whose tmpfs is the /dev/shm of the daemon key and of the
 // containers it serves.
@@ -95,46 +89,6 @@ func unmountShm(dir string) error {
 	}
 	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("removing the MPS shm directory: %w", err)
-	}
-	return nil
-}
-
-// shimCommand is the command line that runs argv (the control binary and its arguments) with
-// shmDir as its /dev/shm, through the shim binary self.
-func shimCommand(self, shmDir string, argv ...string) []string {
-	return append([]string{self, ShimArg, shmDir, "--"}, argv...)
-}
-
-// RunShim is the shim's main: when args (os.Args) start with ShimArg it bind-mounts the shm
-// directory over /dev/shm and executes the command, and it never returns (it exits 127 with a
-// message on stderr if it cannot); otherwise it returns at once. The plugin's main calls it
-// before anything else. The caller started it in a new mount namespace whose mounts do not
-// propagate back (exec.Cmd with Unshareflags CLONE_NEWNS makes / private), so the bind is seen
-// only by the daemon.
-func RunShim(args []string) {
-	if len(args) < 2 || args[1] != ShimArg {
-		return
-	}
-	if err := shim(args[2:]); err != nil {
-		fmt.Fprintf(os.Stderr, "accel-dra MPS shim: %v\n", err)
-		os.Exit(127)
-	}
-}
-
-func shim(args []string) error {
-	if len(args) < 3 || args[1] != "--" {
-		return fmt.Errorf("usage: %s <shm directory> -- <command> [args...], got %q", ShimArg, args)
-	}
-	shmDir, argv := args[0], args[2:]
-	if err := unix.Mount(shmDir, "/dev/shm", "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind-mounting %s at /dev/shm: %w", shmDir, err)
-	}
-	// Per-mount flags are not inherited by a bind mount; /dev/shm has these.
-	if err := unix.Mount("", "/dev/shm", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("remounting /dev/shm nosuid,nodev,noexec: %w", err)
-	}
-	if err := unix.Exec(argv[0], argv, os.Environ()); err != nil {
-		return fmt.Errorf("executing %s: %w", argv[0], err)
 	}
 	return nil
 }

@@ -44,18 +44,6 @@ func TestIsMountPoint(t *testing.T) {
 	}
 }
 
-func TestShimArguments(t *testing.T) {
-	for _, args := range [][]string{nil, {"/dir"}, {"/dir", "--"}, {"/dir", "x", "ctl"}} {
-		if err := shim(args); err == nil || !strings.Contains(err.Error(), "usage") {
-			t.Errorf("shim(%q) = %v, want a usage error", args, err)
-		}
-	}
-	got := strings.Join(shimCommand("/self", "/r/c/shm", "/bin/ctl", "-f"), " ")
-	if want := "/self " + ShimArg + " /r/c/shm -- /bin/ctl -f"; got != want {
-		t.Errorf("shimCommand = %q, want %q", got, want)
-	}
-}
-
 // TestShm: the claim's tmpfs is mounted once however often it is ensured, has the size and
 // mode asked, and is gone with its directory after unmountShm, which is idempotent.
 func TestShm(t *testing.T) {
@@ -108,7 +96,7 @@ func TestShm(t *testing.T) {
 // nobody, so it needs the machine's root.
 func TestEnsureWithoutMountPrivilege(t *testing.T) {
 	if root := os.Getenv("ACCEL_DRA_NOCAP_ROOT"); root != "" {
-		m := MPS{Control: "/nonexistent", Root: root}
+		m := MPS{Root: root, Daemons: Processes{Control: MPSControl{Path: "/nonexistent"}}}
 		_, err := m.Ensure(context.Background(), "c1", nil, MPSLimits{})
 		fmt.Printf("ENSURE-ERROR: %v\n", err)
 		return

@@ -27,7 +27,7 @@ func TestFindLibrary(t *testing.T) {
 	}{
 		"rpm and .run layout": {
 			write: func(t *testing.T, root string) {
-				if err := nvmlmock.WriteDriverRoot(root, version); err != nil {
+				if err := nvmlmock.WriteDriverRootOfVersion(root, version); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -107,7 +107,7 @@ func writeLibrary(t *testing.T, dir, version string) {
 // driver or without.
 func TestNewFromSystemLoadsByPath(t *testing.T) {
 	root := t.TempDir()
-	if err := nvmlmock.WriteDriverRoot(root, "570.124.06"); err != nil {
+	if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
 		t.Fatal(err)
 	}
 	lib, err := nvmlbackend.FindLibrary(root)

@@ -65,8 +65,10 @@ func WithTools(path string) DriverRootOption {
 // lib<x>.so.1, with the soname and development symlinks; the driver binaries (WithTools); the
 // GSP firmware in lib/firmware/nvidia/<version>; the nvidia-persistenced socket; and the
 // machine's description for the tools (machine.Path), which the plugin's CDI edits mount into
-// containers. Existing content is replaced, so a restart with another profile does not mix two
-// drivers.
+// containers. The driver's own files are replaced, so a restart with another profile does not
+// mix two drivers, and nothing else: the directory itself and what others put into it stay, as
+// on a node whose driver is upgraded in place (MPS daemons run chrooted into the root, through
+// a bind of the directory that a new directory would leave behind, and mount into it).
 func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) error {
 	var o driverRootOptions
 	for _, opt := range opts {
@@ -84,7 +86,7 @@ func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) e
 	if err != nil {
 		return fmt.Errorf("mock driver root: %w", err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeDriver(dir); err != nil {
 		return fmt.Errorf("mock driver root: %w", err)
 	}
 	libDir := filepath.Join(dir, DriverLibDir)
@@ -94,7 +96,7 @@ func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) e
 	for _, l := range driverLibraries {
 		soname := l.name + ".1"
 		file := l.name + "." + version
-		if err := os.WriteFile(filepath.Join(libDir, file), sharedObject(soname), 0o755); err != nil {
+		if err := replaceFile(filepath.Join(libDir, file), sharedObject(soname), 0o755); err != nil {
 			return fmt.Errorf("mock driver root: %w", err)
 		}
 		links := map[string]string{soname: file}
@@ -131,7 +133,7 @@ func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) e
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return fmt.Errorf("mock driver root: %w", err)
 		}
-		if err := os.WriteFile(full, []byte(f.content), f.mode); err != nil {
+		if err := replaceFile(full, []byte(f.content), f.mode); err != nil {
 			return fmt.Errorf("mock driver root: %w", err)
 		}
 	}
@@ -141,6 +143,51 @@ func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) e
 		}
 	}
 	return nil
+}
+
+// removeDriver removes the files of a driver WriteDriverRoot wrote under dir, of any version,
+// and nothing else.
+func removeDriver(dir string) error {
+	var paths []string
+	for _, l := range driverLibraries {
+		matches, err := filepath.Glob(filepath.Join(dir, DriverLibDir, l.name+"*"))
+		if err != nil {
+			return err
+		}
+		paths = append(paths, matches...)
+	}
+	for _, b := range driverBinaries {
+		paths = append(paths, filepath.Join(dir, "usr/bin", b))
+	}
+	paths = append(paths, filepath.Join(dir, "lib/firmware/nvidia"), filepath.Join(dir, "run/nvidia-persistenced/socket"), filepath.Join(dir, machine.Path))
+	for _, p := range paths {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceFile writes data to path through a temporary file and a rename, so that a process
+// that runs or reads the old file keeps it whole.
+func replaceFile(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // installTools puts the multi-call binary src into binDir under each driver binary's name: one
@@ -190,6 +237,18 @@ func copyExecutable(src, dst string) error {
 // WriteDriverRoot.
 func (s *Server) WriteDriverRoot(dir string, opts ...DriverRootOption) error {
 	return WriteDriverRoot(dir, s.Interface, opts...)
+}
+
+// WriteDriverRootOfVersion writes the driver root of the default machine (h100-8x-2numa) with
+// its driver at version: for tests that need a driver of some version and nothing else of the
+// machine behind it.
+func WriteDriverRootOfVersion(dir, version string, opts ...DriverRootOption) error {
+	s, err := NewServer("", "node-a")
+	if err != nil {
+		return err
+	}
+	s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return version, nvml.SUCCESS }
+	return s.WriteDriverRoot(dir, opts...)
 }
 
 // DescribeMachine describes the GPUs lib (the mock's NVML) has, for the mock's tools: what they

@@ -35,12 +35,31 @@ func TestWriteDriverRoot(t *testing.T) {
 	if err := WriteDriverRoot(root, testServer(t, "h100-8x-2numa", "535.1.2")); err != nil {
 		t.Fatal(err)
 	}
+	// What is not the driver's stays, and so does the directory itself: MPS daemons run
+	// chrooted into it through a bind of it, and mount their directories into it.
+	before, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(root, "var/lib/kubelet/plugins/x/mps/c1")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := WriteDriverRoot(root, testServer(t, "h100-8x-2numa", "570.124.06")); err != nil {
 		t.Fatal(err)
+	}
+	if after, err := os.Stat(root); err != nil || !os.SameFile(before, after) {
+		t.Errorf("the root directory was replaced (%v): a bind of it would keep the old one", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a directory that is not the driver's went: %v", err)
 	}
 	lib := filepath.Join(root, DriverLibDir)
 	if _, err := os.Stat(filepath.Join(lib, "libcuda.so.535.1.2")); !os.IsNotExist(err) {
 		t.Errorf("library of the previous driver left behind: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "lib/firmware/nvidia/535.1.2")); !os.IsNotExist(err) {
+		t.Errorf("firmware of the previous driver left behind: %v", err)
 	}
 	for link, want := range map[string]string{
 		"libcuda.so.1":      "libcuda.so.570.124.06",

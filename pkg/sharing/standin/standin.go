@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,7 +56,7 @@ const startedEnv = "ACCEL_DRA_TEST_MOUNT_NS_STARTED"
 // machine, even by a test that crashes: as root it re-executes the test binary in a new mount
 // namespace; otherwise in a new user namespace too, where the caller is root, if the kernel
 // allows that. Where neither works the tests run here, and those that mount skip (NeedMount).
-// A package's TestMain calls it after sharing.RunShim.
+// A package's TestMain calls it after sharing.RunDaemonCommand.
 func Main(m *testing.M) {
 	if os.Getenv(mountNSEnv) != "" {
 		if started := os.Getenv(startedEnv); started != "" {
@@ -163,4 +164,30 @@ func Mount(t testing.TB, source, target, fstype string, flags uintptr) {
 	if flags&(syscall.MS_SHARED|syscall.MS_SLAVE|syscall.MS_PRIVATE) == 0 {
 		t.Cleanup(func() { _ = syscall.Unmount(target, syscall.MNT_DETACH) })
 	}
+}
+
+// MPSDaemonPIDs are the PIDs (in the tests' PID namespace) of the mock MPS control daemons
+// that started with the log directory logDir, in the order they started: the stand-in logs
+// "daemon started pid=<n> ..." there. Tests use them to tell a daemon that was adopted from one
+// that was started again, and to kill one.
+func MPSDaemonPIDs(t testing.TB, logDir string) []int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(logDir, "control.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "daemon started pid=")
+		if !ok {
+			continue
+		}
+		f, _, _ := strings.Cut(rest, " ")
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("stand-in log line %q: %v", line, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
 }

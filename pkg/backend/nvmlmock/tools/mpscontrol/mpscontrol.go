@@ -1,12 +1,17 @@
 // Package mpscontrol is the nvidia-cuda-mps-control of the GPU mock (cmd/accel-dra-mock-nvidia;
-// docs/sharing.md). As a daemon (`-f`, foreground) it creates $CUDA_MPS_PIPE_DIRECTORY/control,
-// records its start and its CUDA_VISIBLE_DEVICES in $CUDA_MPS_LOG_DIRECTORY/control.log, and runs
-// until a client sends `quit` (or it is killed). Like the real daemon's server, it uses /dev/shm:
-// it writes the file ShmMarker there (holding its pipe directory) and logs the device and inode
-// of its /dev/shm ("daemon shm dev=<n> ino=<n>"), so that tests can check that it is the claim's
-// shm directory, which the claim's containers get. As a client (no arguments) it appends each
-// command it reads on stdin to $CUDA_MPS_LOG_DIRECTORY/control.log, as the real daemon logs
-// them, and for `quit` ends the daemon whose pid is in <pipe directory>/../pid.
+// docs/sharing.md). As a daemon (`-f`, foreground) it listens on the Unix socket
+// $CUDA_MPS_PIPE_DIRECTORY/control, records its start and its CUDA_VISIBLE_DEVICES in
+// $CUDA_MPS_LOG_DIRECTORY/control.log, and runs until a client sends `quit` (or it is killed). As
+// a client (no arguments) it connects to that socket and sends each command it reads on stdin;
+// the daemon appends "command <c>" to control.log, as the real daemon logs them, answers
+// `get_server_list` (with no server: the stand-in starts none) and ends on `quit`. Only a daemon
+// that runs answers: one that was killed leaves its socket behind, and a client then fails with
+// "cannot find MPS control daemon process" (exit 1), as the real client does, so that whether the
+// control pipe answers is a true liveness check, in any PID namespace. Like the real daemon's
+// server, it uses /dev/shm: it writes the file ShmMarker there (holding its pipe directory) and
+// logs the device and inode of its /dev/shm ("daemon shm dev=<n> ino=<n>"), so that tests can
+// check that it is the claim's shm directory, which the claim's containers get, and of its root
+// ("daemon root dev=<n> ino=<n>"), which is the driver root when it runs chrooted into one.
 //
 // As `alloc <MiB>` it stands in for a CUDA process of a container that the daemon serves, and
 // applies the pinned memory limit as an MPS server does: the client's
@@ -20,6 +25,8 @@ package mpscontrol
 import (
 	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,7 +72,7 @@ func run(args []string) error {
 	case len(args) == 1 && args[0] == "-f":
 		return daemon(pipe, log)
 	case len(args) == 0:
-		return client(pipe, log)
+		return client(pipe)
 	case len(args) == 2 && args[0] == "alloc":
 		want, err := strconv.ParseInt(args[1], 10, 64)
 		if err != nil {
@@ -77,6 +84,7 @@ func run(args []string) error {
 	}
 }
 
+// daemon serves clients on the control socket until one sends quit or a signal ends it.
 func daemon(pipe, log string) error {
 	if err := record(log, fmt.Sprintf("daemon started pid=%d CUDA_VISIBLE_DEVICES=%s", os.Getpid(), os.Getenv("CUDA_VISIBLE_DEVICES"))); err != nil {
 		return err
@@ -88,50 +96,101 @@ func daemon(pipe, log string) error {
 	if err := record(log, fmt.Sprintf("daemon shm dev=%d ino=%d", st.Dev, st.Ino)); err != nil {
 		return err
 	}
+	// Its root, so that tests can tell a daemon chrooted into a driver root.
+	if err := syscall.Stat("/", &st); err != nil {
+		return fail(err.Error())
+	}
+	if err := record(log, fmt.Sprintf("daemon root dev=%d ino=%d", st.Dev, st.Ino)); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join("/dev/shm", ShmMarker), []byte(pipe+"\n"), 0o644); err != nil {
 		return fail(err.Error())
 	}
-	if err := os.WriteFile(filepath.Join(pipe, "control"), nil, 0o600); err != nil {
+	// The socket is named relative to the pipe directory: a test's temporary directories make
+	// paths longer than a socket address may be (107 bytes).
+	if err := os.Chdir(pipe); err != nil {
 		return fail(err.Error())
 	}
+	// A socket left by a daemon that was killed refuses connections; it is replaced.
+	if err := os.Remove("control"); err != nil && !os.IsNotExist(err) {
+		return fail(err.Error())
+	}
+	l, err := net.Listen("unix", "control")
+	if err != nil {
+		return fail(err.Error())
+	}
+	quit := make(chan struct{})
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if serve(conn, log) {
+				close(quit)
+				return
+			}
+		}
+	}()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	err := record(log, "daemon exiting")
-	_ = os.Remove(filepath.Join(pipe, "control"))
+	select {
+	case <-sig:
+	case <-quit:
+	}
+	err = record(log, "daemon exiting")
+	_ = l.Close()
 	return err
 }
 
-func client(pipe, log string) error {
-	if _, err := os.Stat(filepath.Join(pipe, "control")); err != nil {
-		return fail("cannot find MPS control daemon process")
-	}
-	sc := bufio.NewScanner(os.Stdin)
+// serve answers one client's commands and reports whether one was quit.
+func serve(conn net.Conn, log string) (quit bool) {
+	defer conn.Close()
+	sc := bufio.NewScanner(conn)
 	for sc.Scan() {
 		c := strings.TrimSpace(sc.Text())
 		if c == "" {
 			continue
 		}
-		if err := record(log, "command "+c); err != nil {
-			return err
-		}
-		if c == "quit" {
-			b, err := os.ReadFile(filepath.Join(filepath.Dir(pipe), "pid"))
-			if err != nil {
-				return fail(err.Error())
-			}
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			_ = syscall.Kill(pid, syscall.SIGTERM)
-		}
+		_ = record(log, "command "+c)
+		// get_server_list: no server runs, so the list is empty.
+		quit = quit || c == "quit"
+	}
+	return quit
+}
+
+// client sends the commands on stdin to the daemon and copies its answers to stdout.
+func client(pipe string) error {
+	conn, err := dial(pipe)
+	if err != nil {
+		return fail("cannot find MPS control daemon process: " + err.Error())
+	}
+	defer conn.Close()
+	if _, err := io.Copy(conn, os.Stdin); err != nil {
+		return fail(err.Error())
+	}
+	_ = conn.(*net.UnixConn).CloseWrite()
+	if _, err := io.Copy(os.Stdout, conn); err != nil {
+		return fail(err.Error())
 	}
 	return nil
 }
 
+// dial connects to the daemon's control socket, by a name relative to the pipe directory.
+func dial(pipe string) (net.Conn, error) {
+	if err := os.Chdir(pipe); err != nil {
+		return nil, err
+	}
+	return net.Dial("unix", "control")
+}
+
 // alloc allocates want MiB on the client's device 0 under the limits a server would apply.
 func alloc(pipe, log string, want int64) error {
-	if _, err := os.Stat(filepath.Join(pipe, "control")); err != nil {
-		return fail("cannot connect to the MPS control daemon")
+	conn, err := dial(pipe)
+	if err != nil {
+		return fail("cannot connect to the MPS control daemon: " + err.Error())
 	}
+	_ = conn.Close()
 	b, err := os.ReadFile(filepath.Join(log, "control.log"))
 	if err != nil {
 		return fail(err.Error())
