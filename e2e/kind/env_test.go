@@ -107,11 +107,12 @@ func newEnv(ctx context.Context, t *testing.T, helmArgs ...string) *env {
 	e.tools = strings.TrimSpace(e.run(ctx, "hack/kind/tools.sh"))
 	e.kubeBin = strings.TrimSpace(e.run(ctx, "hack/build-k8s.sh", "--for-kind"))
 	e.workload = strings.TrimSpace(e.run(ctx, "hack/kind/workload-image.sh"))
+	e.plugin = "accel-dra-kubelet-plugin:e2e"
 	t.Cleanup(e.cleanup)
 
 	start := time.Now()
 	e.runEnv(ctx, []string{
-		"KIND_CLUSTER_NAME=" + e.name, "KIND_WORKERS=0", "KUBECONFIG=" + e.kubeconfig,
+		"KIND_CLUSTER_NAME=" + e.name, "KIND_WORKERS=0", "KUBECONFIG=" + e.kubeconfig, "IMAGE_TAG=e2e",
 		// A network of the test's own, which it removes: kind never removes the one it makes.
 		"KIND_EXPERIMENTAL_DOCKER_NETWORK=" + e.network,
 		"HELM_EXTRA_ARGS=" + strings.Join(helmArgs, " "),

@@ -39,9 +39,14 @@ const (
 func TestKind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	e := newEnv(ctx, t)
+	// The GPU plugin privileged, as on a real node: MPS mounts each claim's /dev/shm tmpfs and
+	// needs the kubelet plugins directory's propagation to reach the runtime.
+	e := newEnv(ctx, t, "--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true")
 	t.Run("GPUPod", func(t *testing.T) { e.testGPUPod(ctx, t) })
 	t.Run("NPUPod", func(t *testing.T) { e.testNPUPod(ctx, t) })
+	t.Run("RollingUpgrade", func(t *testing.T) { e.testRollingUpgrade(ctx, t) })
+	t.Run("Uninstall", func(t *testing.T) { e.testUninstall(ctx, t) })
+	t.Run("TwoReleases", func(t *testing.T) { e.testTwoReleases(ctx, t) })
 }
 
 // gpuScript prints, in sections, what a CUDA program would look for.

@@ -118,6 +118,8 @@ docker exec "$builder" bash -c 'pkill containerd; while pgrep -x containerd >/de
 docker commit \
   --change 'ENTRYPOINT ["/usr/local/bin/accel-dra-node-entrypoint", "/sbin/init"]' \
   --change 'CMD []' "$builder" "$image" >/dev/null
+docker rm -f "$builder" >/dev/null
+builder=""
 docker rmi "$image-base" "${images[@]}" >/dev/null
 # Older builds of this image are of no use any more.
 docker images --format '{{.Repository}}:{{.Tag}}' accel-dra.local/kind-node | grep -vx "$image" | xargs -r docker rmi >/dev/null 2>&1 || true
