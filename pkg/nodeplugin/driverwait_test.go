@@ -64,7 +64,21 @@ func TestWaitsForTheDriver(t *testing.T) {
 		t.Errorf("/readyz while waiting for the driver = %d %q, %v; want 503", code, body, err)
 	}
 
-	if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
+	// The driver arrives whole (its usr directory renamed into the root), with a libnvidia-ml
+	// the loader refuses: the mock driver root's own libraries load, and have no NVML in them
+	// to call.
+	staging := t.TempDir()
+	if err := nvmlmock.WriteDriverRootOfVersion(staging, "570.124.06"); err != nil {
+		t.Fatal(err)
+	}
+	staged, err := filepath.EvalSymlinks(filepath.Join(staging, nvmlmock.DriverLibDir, "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(staged, []byte(strings.Repeat("not an ELF file ", 16)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(staging, "usr"), filepath.Join(root, "usr")); err != nil {
 		t.Fatal(err)
 	}
 	lib, err := filepath.EvalSymlinks(filepath.Join(root, nvmlmock.DriverLibDir, "libnvidia-ml.so.1"))

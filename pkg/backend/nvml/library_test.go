@@ -102,9 +102,9 @@ func writeLibrary(t *testing.T, dir, version string) {
 }
 
 // TestNewFromSystemLoadsByPath: the backend loads the library at the path it is given, not one
-// the loader would find by name, and says why the loader refused it. The mock driver root's
-// libraries have no program headers, which the loader refuses on every machine, with the NVIDIA
-// driver or without.
+// the loader would find by name, and says why the loader refused it. The library in the root is
+// not an ELF file, which the loader refuses on every machine, with the NVIDIA driver or without
+// (the mock driver root's own libraries load, and have no NVML in them to call).
 func TestNewFromSystemLoadsByPath(t *testing.T) {
 	root := t.TempDir()
 	if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
@@ -112,6 +112,9 @@ func TestNewFromSystemLoadsByPath(t *testing.T) {
 	}
 	lib, err := nvmlbackend.FindLibrary(root)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, []byte(strings.Repeat("not an ELF file ", 16)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	b, err := nvmlbackend.NewFromSystem(context.Background(), lib, "/sys", "/dev")

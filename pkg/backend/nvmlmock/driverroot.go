@@ -243,7 +243,7 @@ func (s *Server) WriteDriverRoot(dir string, opts ...DriverRootOption) error {
 // its driver at version: for tests that need a driver of some version and nothing else of the
 // machine behind it.
 func WriteDriverRootOfVersion(dir, version string, opts ...DriverRootOption) error {
-	s, err := NewServer("", "node-a")
+	s, err := NewServer("h100-8x-2numa", "node-a")
 	if err != nil {
 		return err
 	}
