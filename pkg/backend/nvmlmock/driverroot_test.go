@@ -2,6 +2,8 @@ package nvmlmock
 
 import (
 	"debug/elf"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,6 +259,12 @@ func hostTool(t *testing.T, path string) string {
 			if f.Machine != elfMachine() {
 				t.Skipf("%s is for %v, the libraries for %v", path, f.Machine, elfMachine())
 			}
+		}
+		// Under qemu-user -L, this process sees the emulated architecture's C library at the
+		// host's paths, but the host kernel execs its children without that prefix, where
+		// the file is not.
+		if err := exec.Command(path, "--version").Run(); errors.Is(err, fs.ErrNotExist) {
+			t.Skipf("%s exists for this emulated process only: %v", path, err)
 		}
 		return path
 	}
