@@ -67,14 +67,20 @@ func (e *env) installDriverRoot(ctx context.Context, t *testing.T, nodeDir, base
 // helmMock installs the release afresh, on mock GPUs only (values-mock.yaml), the GPU plugin
 // privileged as TestKind installs it, with extra values. A release installed before is
 // uninstalled first, so that no plugin pod of it serves beside the new one (a rolling update
-// with surge keeps the old one until the new one is ready). wait waits for the plugin to be
+// with surge keeps the old one until the new one is ready). ready waits for the plugin to be
 // ready.
-func (e *env) helmMock(ctx context.Context, t *testing.T, wait bool, extra ...string) {
+func (e *env) helmMock(ctx context.Context, t *testing.T, ready bool, extra ...string) {
 	t.Helper()
 	helm := filepath.Join(e.tools, "helm")
 	kubeconfig := []string{"KUBECONFIG=" + e.kubeconfig}
 	if out, err := e.cmd(ctx, kubeconfig, helm, "uninstall", release, "-n", releaseNS, "--ignore-not-found", "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	// The kubelet removes the ResourceSlices of a plugin that went a while after it went.
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return len(e.gpuSlices(ctx, t)) == 0, nil
+	}); err != nil {
+		t.Fatalf("the GPU ResourceSlices of the uninstalled release are still there: %q", e.gpuSlices(ctx, t))
 	}
 	// The mock keeps its GPUs' state (MIG instances, compute modes) across installs, as GPUs
 	// do; earlier tests may have left another machine's.
@@ -86,7 +92,7 @@ func (e *env) helmMock(ctx context.Context, t *testing.T, wait bool, extra ...st
 		"--set", "plugin.image.repository=" + repo, "--set", "plugin.image.tag=" + tag, "--set", "plugin.image.pullPolicy=Never",
 		"--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true"}
 	args = append(args, extra...)
-	if wait {
+	if ready {
 		args = append(args, "--wait", "--timeout", "5m")
 	}
 	if out, err := e.cmd(ctx, kubeconfig, helm, args...); err != nil {

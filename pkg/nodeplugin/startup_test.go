@@ -27,47 +27,8 @@ import (
 // and /metrics is served; the plugin stops when told to.
 func TestHealthzDuringSlowStart(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	silent := make(chan struct{})
-	api := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		select {
-		case <-silent:
-		case <-r.Context().Done():
-		}
-	}))
-	defer api.Close()
-	defer close(silent)
-
 	dir := socketTempDir(t)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %q}}]
-users: [{name: u, user: {}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`, api.URL)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	const boot = "11111111-1111-1111-1111-111111111111"
-	bootFile := filepath.Join(dir, "boot_id")
-	if err := os.WriteFile(bootFile, []byte(boot+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o := NewOptions()
-	o.NodeName, o.Backend, o.Kube.Kubeconfig, o.BootIDFile = "node-a", backend.Mock, kubeconfig, bootFile
-	o.PluginDataDir, o.RegistrarDir, o.CDIRoot = filepath.Join(dir, "p"), filepath.Join(dir, "r"), filepath.Join(dir, "cdi")
-	o.DriverCheckInterval, o.DeviceHealth = 0, false
-	o.HTTPAddress, o.NVIDIACDIHookSource = freeAddress(t), fakeHook(t)
-	// A claim prepared by an earlier instance, which Reconcile asks the API server about.
-	store, err := checkpoint.Open(filepath.Join(o.PluginDataDir, "checkpoint"), boot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Put(checkpoint.Claim{UID: "u1", Namespace: "ns", Name: "claim-u1", State: checkpoint.StatePrepareCompleted,
-		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-0", CDIDeviceIDs: []string{"accel-dra.io/gpu=u1-gpu-0"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	_ = store.Close()
+	o := slowAPIServerOptions(t, dir)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -99,6 +60,52 @@ current-context: c
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30s of its context ending")
 	}
+}
+
+// slowAPIServerOptions are the options of a mock GPU plugin, with its directories under dir,
+// whose start-up waits on an API server that accepts connections and never answers: its
+// checkpoint holds a prepared claim, which Reconcile asks the API server about.
+func slowAPIServerOptions(t *testing.T, dir string) *Options {
+	t.Helper()
+	silent := make(chan struct{})
+	api := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-silent:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(api.Close)
+	t.Cleanup(func() { close(silent) })
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, api.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const boot = "11111111-1111-1111-1111-111111111111"
+	bootFile := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(bootFile, []byte(boot+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.NodeName, o.Backend, o.Kube.Kubeconfig, o.BootIDFile = "node-a", backend.Mock, kubeconfig, bootFile
+	o.PluginDataDir, o.RegistrarDir, o.CDIRoot = filepath.Join(dir, "p"), filepath.Join(dir, "r"), filepath.Join(dir, "cdi")
+	o.DriverCheckInterval, o.DeviceHealth = 0, false
+	o.HTTPAddress, o.NVIDIACDIHookSource = freeAddress(t), fakeHook(t)
+	store, err := checkpoint.Open(filepath.Join(o.PluginDataDir, "checkpoint"), boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(checkpoint.Claim{UID: "u1", Namespace: "ns", Name: "claim-u1", State: checkpoint.StatePrepareCompleted,
+		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-0", CDIDeviceIDs: []string{"accel-dra.io/gpu=u1-gpu-0"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+	return o
 }
 
 // httpGet returns the status and body of GET http://<addr><path>.

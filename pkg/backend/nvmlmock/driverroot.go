@@ -158,10 +158,10 @@ func WriteDriver(dir, version string, opts ...DriverRootOption) error {
 }
 
 // WriteMachine writes the description of the GPUs lib (the mock's NVML) has to path, for the
-// mock's tools, unless path holds it already: a plugin that uses a driver root installed by
-// someone else keeps it in its own directory, writes it again for each driver version it
-// computes CDI edits for, and must not change the file (which its driver watch sums up) when
-// nothing changed.
+// mock's tools: a plugin that uses a driver root installed by someone else keeps it in its own
+// directory and writes it with each computation of its CDI edits, from the NVML of the driver
+// they are of. The file is replaced (through a rename, so that a reader gets a whole one) only
+// when the description changed, another driver's version for one.
 func WriteMachine(path string, lib nvml.Interface) error {
 	m, err := DescribeMachine(lib)
 	if err != nil {
@@ -285,7 +285,7 @@ func (s *Server) WriteDriverRoot(dir string, opts ...DriverRootOption) error {
 // its driver at version: for tests that need a driver of some version and nothing else of the
 // machine behind it.
 func WriteDriverRootOfVersion(dir, version string, opts ...DriverRootOption) error {
-	s, err := NewServer("", "node-a")
+	s, err := NewServer("h100-8x-2numa", "node-a")
 	if err != nil {
 		return err
 	}
