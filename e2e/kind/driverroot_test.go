@@ -208,11 +208,7 @@ func (e *env) testForeignLibc(ctx context.Context, t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return len(e.nodeLeftovers(ctx, t)) == 0, nil
-	}); err != nil {
-		t.Errorf("left on the node after the pods went: %q", e.nodeLeftovers(ctx, t))
-	}
+	e.expectNoLeftovers(ctx, t)
 }
 
 // checkForeignLibc runs the plugin's binary from its image with the driver root mounted at
@@ -372,11 +368,7 @@ func (e *env) testLateDriverRoot(ctx context.Context, t *testing.T) {
 		t.Errorf("the plugin restarted: %v %+v", err, p.Status.ContainerStatuses)
 	}
 	e.deletePod(ctx, t, "driver-a")
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return len(e.nodeLeftovers(ctx, t)) == 0, nil
-	}); err != nil {
-		t.Errorf("left on the node after the pods went: %q", e.nodeLeftovers(ctx, t))
-	}
+	e.expectNoLeftovers(ctx, t)
 }
 
 // gpuSlices are the names of the GPU driver's ResourceSlices.

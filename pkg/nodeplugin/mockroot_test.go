@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -69,25 +68,7 @@ func TestMockWaitsForItsDriverRoot(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- Run(runCtx, o) }()
-	healthz := func(want string) (int, string) {
-		t.Helper()
-		var code int
-		var body string
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			select {
-			case err := <-done:
-				t.Fatalf("the plugin exited: %v", err)
-			default:
-			}
-			var err error
-			code, body, err = httpGet(o.HTTPAddress, "/healthz")
-			return err == nil && strings.Contains(body, want), nil
-		}); err != nil {
-			t.Fatalf("/healthz: %d %q; want an answer saying %q", code, body, want)
-		}
-		return code, body
-	}
-	if code, body := healthz(root); code != http.StatusOK || !strings.HasPrefix(body, "starting: waiting for the NVIDIA driver under "+root) {
+	if code, body := healthzSaying(ctx, t, o.HTTPAddress, done, root); code != http.StatusOK || !strings.HasPrefix(body, "starting: waiting for the NVIDIA driver under "+root) {
 		t.Errorf("/healthz while the driver root is empty = %d %q, want 200 starting: waiting for the NVIDIA driver under %s ...", code, body, root)
 	}
 	if _, err := os.Stat(description); !errors.Is(err, os.ErrNotExist) {
@@ -98,7 +79,7 @@ func TestMockWaitsForItsDriverRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Past the driver, its edits and the checkpoint: the plugin asks the API server.
-	healthz("API server")
+	healthzSaying(ctx, t, o.HTTPAddress, done, "API server")
 	if m, err := machine.Read(description); err != nil || m.DriverVersion != "575.57.08" {
 		t.Errorf("the machine's description for the containers' tools: %+v, %v; want driver version 575.57.08", m, err)
 	}
@@ -124,14 +105,7 @@ func TestMockDriverRootReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = be.Close() }()
-	inv, err := be.Enumerate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := newDriverSource(ctx, o, be, inv.Kind)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv, src := enumerateSource(ctx, t, o, be)
 	edits, err := src.edits(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -36,15 +36,7 @@ func TestHealthzDuringSlowStart(t *testing.T) {
 	go func() { done <- Run(runCtx, o) }()
 
 	get := func(path string) (int, string, error) { return httpGet(o.HTTPAddress, path) }
-	var code int
-	var body string
-	var lastErr error
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		code, body, lastErr = get("/healthz")
-		return lastErr == nil && strings.Contains(body, "API server"), nil
-	}); err != nil {
-		t.Fatalf("/healthz during start-up: %d %q, %v; want an answer naming the API server it waits for", code, body, lastErr)
-	}
+	code, body := healthzSaying(ctx, t, o.HTTPAddress, done, "API server")
 	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting:") {
 		t.Errorf("/healthz during start-up = %d %q, want 503 starting: ...", code, body)
 	}
@@ -60,6 +52,27 @@ func TestHealthzDuringSlowStart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30s of its context ending")
 	}
+}
+
+// healthzSaying polls the plugin's /healthz at addr until its answer says want, and returns
+// it; the plugin ending first (done) or 10s passing fails the test.
+func healthzSaying(ctx context.Context, t *testing.T, addr string, done <-chan error, want string) (int, string) {
+	t.Helper()
+	var code int
+	var body string
+	var lastErr error
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			t.Fatalf("the plugin exited while /healthz was to say %q: %v", want, err)
+		default:
+		}
+		code, body, lastErr = httpGet(addr, "/healthz")
+		return lastErr == nil && strings.Contains(body, want), nil
+	}); err != nil {
+		t.Fatalf("/healthz: %d %q, %v; want an answer saying %q", code, body, lastErr, want)
+	}
+	return code, body
 }
 
 // slowAPIServerOptions are the options of a mock GPU plugin, with its directories under dir,
