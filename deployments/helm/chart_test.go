@@ -53,6 +53,11 @@ var valueSets = map[string]valueSet{
 		values:  map[string]any{"mock": map[string]any{"enabled": true}},
 		drivers: map[string]string{"gpu.accel-dra.io": "mock"}, surge: true,
 	},
+	// The GPU mock given a driver root uses it (--mock-driver-root=use), mounted as for nvml.
+	"mock-driver-root": {
+		values:  map[string]any{"mock": map[string]any{"enabled": true}, "drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}}},
+		drivers: map[string]string{"gpu.accel-dra.io": "mock"}, surge: true,
+	},
 	"mock-file": {
 		file:     "values-mock.yaml",
 		drivers:  map[string]string{"gpu.accel-dra.io": "mock", "npu.accel-dra.io": "npu-mock"},
@@ -669,6 +674,8 @@ func TestDriverRootValues(t *testing.T) {
 		wantNVIDIA      [3]string // driver root, host driver root, hook path
 		wantAscend      [2]string
 		wantAscendExtra []string
+		// wantMockRoot is --mock-driver-root; "" for the default, generate.
+		wantMockRoot string
 	}{
 		"gpu defaults": {driver: "gpu.accel-dra.io",
 			wantNVIDIA: [3]string{"/driver-root", "/", ""}, wantAscend: [2]string{"/", ""}},
@@ -682,6 +689,13 @@ func TestDriverRootValues(t *testing.T) {
 		"gpu without driver root": {driver: "gpu.accel-dra.io",
 			values:     map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": ""}}},
 			wantNVIDIA: [3]string{"", "", ""}, wantAscend: [2]string{"/", ""}},
+		// A mock node's / has no driver: the mock generates its own.
+		"mock": {driver: "gpu.accel-dra.io",
+			values:     map[string]any{"mock": map[string]any{"enabled": true}},
+			wantNVIDIA: [3]string{"/", "", ""}, wantAscend: [2]string{"/", ""}},
+		"mock with a driver root": {driver: "gpu.accel-dra.io",
+			values:     map[string]any{"mock": map[string]any{"enabled": true}, "drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/opt/driver/"}}},
+			wantNVIDIA: [3]string{"/driver-root-parent/driver", "/opt/driver", ""}, wantAscend: [2]string{"/", ""}, wantMockRoot: nodeplugin.MockDriverRootUse},
 		"npu with extra paths": {driver: "npu.accel-dra.io",
 			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"enabled": false},
 				"npu": map[string]any{"enabled": true, "ascendDriverRoot": "/opt/host", "ascendExtraDriverPaths": []any{"/etc/hccn.conf", "/usr/local/Ascend/driver/tools"}}}},
@@ -700,6 +714,13 @@ func TestDriverRootValues(t *testing.T) {
 			}
 			if got := [3]string{o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot, o.NVIDIACDIHookPath}; got != tc.wantNVIDIA {
 				t.Errorf("NVIDIA driver root, host root, hook %q, want %q (args %q)", got, tc.wantNVIDIA, args)
+			}
+			want := tc.wantMockRoot
+			if want == "" {
+				want = nodeplugin.MockDriverRootGenerate
+			}
+			if o.MockDriverRoot != want {
+				t.Errorf("--mock-driver-root=%s, want %s (args %q)", o.MockDriverRoot, want, args)
 			}
 			if got := [2]string{o.AscendDriverRoot, o.AscendHostDriverRoot}; got != tc.wantAscend {
 				t.Errorf("Ascend driver root, host root %q, want %q (args %q)", got, tc.wantAscend, args)

@@ -24,11 +24,31 @@ import (
 // without it, and see both the first mount and its replacement, not the tree its container was
 // started with. The kubelet's and the runtime's part is done here with real mounts, in a mount
 // namespace of the test's own: the chart's hostPath volume is checked by its type and
-// bind-mounted, recursively, with the propagation its volumeMount asks for.
+// bind-mounted, recursively, with the propagation its volumeMount asks for. The GPU mock given
+// a driver root uses it as the nvml backend does (--mock-driver-root=use), mounted the same way.
 func TestDriverRootFollowsTheHost(t *testing.T) {
 	standin.NeedMount(t)
 	const driverRoot = "/run/nvidia/driver" // the GPU operator's
-	r, err := Render(Options{Values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": driverRoot}}}})
+	for _, tc := range []struct {
+		name           string
+		values         map[string]any
+		mockDriverRoot string
+	}{
+		{name: "nvml", mockDriverRoot: nodeplugin.MockDriverRootGenerate},
+		{name: "mock", values: map[string]any{"mock": map[string]any{"enabled": true}}, mockDriverRoot: nodeplugin.MockDriverRootUse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vals := map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": driverRoot}}}
+			for k, v := range tc.values {
+				vals[k] = v
+			}
+			driverRootFollowsTheHost(t, vals, driverRoot, tc.mockDriverRoot)
+		})
+	}
+}
+
+func driverRootFollowsTheHost(t *testing.T, vals map[string]any, driverRoot, mockDriverRoot string) {
+	r, err := Render(Options{Values: vals})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +65,9 @@ func TestDriverRootFollowsTheHost(t *testing.T) {
 	o := nodeplugin.NewOptions()
 	if err := o.NewFlagSet().Parse(c.Args); err != nil {
 		t.Fatal(err)
+	}
+	if o.MockDriverRoot != mockDriverRoot {
+		t.Errorf("--mock-driver-root=%s, want %s", o.MockDriverRoot, mockDriverRoot)
 	}
 	// The mount that holds the plugin's driver root, and its volume.
 	var mount *corev1.VolumeMount

@@ -47,6 +47,9 @@ func TestKind(t *testing.T) {
 	t.Run("RollingUpgrade", func(t *testing.T) { e.testRollingUpgrade(ctx, t) })
 	t.Run("Uninstall", func(t *testing.T) { e.testUninstall(ctx, t) })
 	t.Run("TwoReleases", func(t *testing.T) { e.testTwoReleases(ctx, t) })
+	// Each installs the release afresh with a driver root of its own and uninstalls it.
+	t.Run("ForeignLibc", func(t *testing.T) { e.testForeignLibc(ctx, t) })
+	t.Run("LateDriverRoot", func(t *testing.T) { e.testLateDriverRoot(ctx, t) })
 }
 
 // gpuScript prints, in sections, what a CUDA program would look for.

@@ -158,11 +158,7 @@ func (e *env) testTwoReleases(ctx context.Context, t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return len(e.nodeLeftovers(ctx, t)) == 0, nil
-	}); err != nil {
-		t.Errorf("left on the node after the pods went: %q", e.nodeLeftovers(ctx, t))
-	}
+	e.expectNoLeftovers(ctx, t)
 	if out, err := e.cmd(ctx, []string{"KUBECONFIG=" + e.kubeconfig}, filepath.Join(e.tools, "helm"), "uninstall", release, "-n", releaseNS, "--wait"); err != nil {
 		t.Errorf("helm uninstall: %v\n%s", err, out)
 	}

@@ -250,6 +250,13 @@ func (e *env) testRollingUpgrade(ctx context.Context, t *testing.T) {
 			t.Error(err)
 		}
 	}
+	e.expectNoLeftovers(ctx, t)
+}
+
+// expectNoLeftovers waits a minute at most for nothing of prepared claims to be left on the
+// node (nodeLeftovers), once their pods went.
+func (e *env) expectNoLeftovers(ctx context.Context, t *testing.T) {
+	t.Helper()
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return len(e.nodeLeftovers(ctx, t)) == 0, nil
 	}); err != nil {

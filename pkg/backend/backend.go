@@ -62,7 +62,9 @@ type Options struct {
 	NVIDIAProcRoot string
 	// NVIDIADriverRoot is the NVIDIA driver root whose libnvidia-ml.so.1 nvml loads, by its full
 	// path (nvml.FindLibrary); empty: the library by the loader's search, for a container that
-	// the runtime gave the library. The mock has its own.
+	// the runtime gave the library. The mock, given one, reports the version of the library it
+	// finds there (nvmlmock.WithDriverRoot), as NVML reports the version of the library loaded;
+	// without one, its profile's.
 	NVIDIADriverRoot string
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
@@ -107,7 +109,7 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 	default:
 		return nil, fmt.Errorf("unknown device backend %q: valid backends are %s", o.Name, strings.Join(Names(), ", "))
 	}
-	if o.Name != NVML {
+	if o.Name != NVML && o.Name != Mock {
 		o.NVIDIADriverRoot = ""
 	}
 	if o.NodeName == "" && o.Name != NVML {
@@ -134,6 +136,9 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 		return b, nil
 	case Mock:
 		var opts []nvmlmock.Option
+		if o.NVIDIADriverRoot != "" {
+			opts = append(opts, nvmlmock.WithDriverRoot(o.NVIDIADriverRoot))
+		}
 		if o.MockDir != "" {
 			opts = append(opts, nvmlmock.WithFaultDir(filepath.Join(o.MockDir, health.FaultDir)))
 			// MIG instances outlive the plugin on a real GPU; on the mock they live here.

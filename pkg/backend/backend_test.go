@@ -10,6 +10,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvml"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -25,11 +26,18 @@ func TestNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A driver root with the mock driver installed, as --mock-driver-root=use finds one.
+	driverRoot := t.TempDir()
+	if err := nvmlmock.WriteDriver(driverRoot, "575.57.08"); err != nil {
+		t.Fatal(err)
+	}
 	tests := map[string]struct {
 		o           Options
 		wantKind    device.Kind
 		wantCount   int
 		wantProduct string
+		// wantVersion is the devices' driver version; "" for any.
+		wantVersion string
 		wantErr     []string
 	}{
 		"mock default profile": {
@@ -39,6 +47,15 @@ func TestNew(t *testing.T) {
 		"mock profile": {
 			o:        Options{Name: Mock, NodeName: "node-a", MockProfile: "mixed-small"},
 			wantKind: device.KindGPU, wantCount: 2, wantProduct: "NVIDIA L4",
+		},
+		// The mock reports the version of the driver root's library, as NVML does.
+		"mock with a driver root": {
+			o:        Options{Name: Mock, NodeName: "node-a", NVIDIADriverRoot: driverRoot},
+			wantKind: device.KindGPU, wantCount: 8, wantProduct: "NVIDIA H100 80GB HBM3", wantVersion: "575.57.08",
+		},
+		"mock with a driver root without the driver": {
+			o:       Options{Name: Mock, NodeName: "node-a", NVIDIADriverRoot: t.TempDir()},
+			wantErr: []string{"no libnvidia-ml.so.1"},
 		},
 		"mock unknown profile": {
 			o:       Options{Name: Mock, NodeName: "node-a", MockProfile: "nope"},
@@ -99,6 +116,9 @@ func TestNew(t *testing.T) {
 			}
 			if len(inv.Devices) != tc.wantCount || inv.Devices[0].ProductName != tc.wantProduct {
 				t.Errorf("got %d devices, first %q; want %d, %q", len(inv.Devices), inv.Devices[0].ProductName, tc.wantCount, tc.wantProduct)
+			}
+			if tc.wantVersion != "" && inv.Devices[0].DriverVersion != tc.wantVersion {
+				t.Errorf("driver version %q, want %q", inv.Devices[0].DriverVersion, tc.wantVersion)
 			}
 		})
 	}

@@ -48,15 +48,18 @@ type driverSource struct {
 	// first is the backend the plugin enumerated with, for the computation at start-up; nil
 	// afterwards.
 	first device.Backend
-	// mockMachine: the driver root is the GPU mock's, whose description of the machine
-	// (machine.Path) containers get as well, for the mock's nvidia-smi. On a real node the
-	// tools ask the driver through /dev/nvidiactl, which the specs give containers.
-	mockMachine bool
+	// mockMachine is where the GPU mock keeps its description of the machine, which
+	// containers get as well (at /machine.Path), for the mock's nvidia-smi; "" without the
+	// mock. On a real node the tools ask the driver through /dev/nvidiactl, which the specs
+	// give containers. It is written with the edits, from the NVML they are computed with, so
+	// that it says the version of the driver they mount.
+	mockMachine string
 }
 
 // newDriverSource resolves where the node's driver is. The mock backends generate a fake
-// driver root in the mock directory first, once, and the same generators as on a real node run
-// over it, so every test and the e2e exercise the code path of a real node. be is the backend
+// driver root in the mock directory first, once, unless the GPU mock uses one installed by
+// someone else (--mock-driver-root=use), and the same generators as on a real node run over
+// it, so every test and the e2e exercise the code path of a real node. be is the backend
 // already open for enumeration; the first computation uses its NVML.
 func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind device.Kind) (*driverSource, error) {
 	s := &driverSource{kind: kind}
@@ -64,6 +67,11 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 	case device.KindGPU:
 		s.nvidia = nvidiacdi.Config{DriverRoot: o.NVIDIADriverRoot, HostDriverRoot: o.NVIDIAHostDriverRoot, HookPath: o.NVIDIACDIHookPath}
 		if o.Backend == backend.Mock {
+			// The driver's description of the machine is the machine's, not the root's: one
+			// installed by someone else serves any mock node, and the plugin sees it read-only.
+			s.mockMachine = filepath.Join(o.MockDir, "nvidia-machine", filepath.Base(machine.Path))
+		}
+		if o.Backend == backend.Mock && o.MockDriverRoot != MockDriverRootUse {
 			lib, err := library(be)
 			if err != nil {
 				return nil, err
@@ -82,7 +90,7 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 			if err := nvmlmock.WriteDriverRoot(s.nvidia.DriverRoot, lib, opts...); err != nil {
 				return nil, err
 			}
-			s.mockMachine = true
+			s.mockMachine = filepath.Join(s.nvidia.DriverRoot, machine.Path)
 		}
 		if s.nvidia.DriverRoot != "" && s.nvidia.HookPath == "" {
 			hook, err := installHook(o)
@@ -212,11 +220,14 @@ func (s *driverSource) edits(ctx context.Context) (*specs.ContainerEdits, error)
 		cfg := s.nvidia
 		cfg.NVML = lib
 		edits, err := nvidiacdi.CommonEdits(ctx, cfg)
-		if err != nil || !s.mockMachine {
+		if err != nil || s.mockMachine == "" {
 			return edits, err
 		}
+		if err := nvmlmock.WriteMachine(s.mockMachine, lib); err != nil {
+			return nil, err
+		}
 		edits.Mounts = append(edits.Mounts, &specs.Mount{
-			HostPath:      filepath.Join(s.root, machine.Path),
+			HostPath:      s.mockMachine,
 			ContainerPath: "/" + machine.Path,
 			Options:       []string{"ro", "nosuid", "nodev", "rbind", "rprivate"},
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
+	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
 // fakeHook is a file standing in for the nvidia-cdi-hook the plugin ships.
@@ -21,6 +22,21 @@ func fakeHook(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// enumerateSource enumerates be's devices and resolves their driver, as the plugin does at
+// start-up.
+func enumerateSource(ctx context.Context, t *testing.T, o *Options, be device.Backend) (*device.Inventory, *driverSource) {
+	t.Helper()
+	inv, err := be.Enumerate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := newDriverSource(ctx, o, be, inv.Kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv, src
 }
 
 // TestCommonEditsOfMockBackends: each mock backend generates its driver root in the mock
@@ -42,14 +58,7 @@ func TestCommonEditsOfMockBackends(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = be.Close() }()
-			inv, err := be.Enumerate(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			src, err := newDriverSource(ctx, o, be, inv.Kind)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, src := enumerateSource(ctx, t, o, be)
 			e, err := src.edits(ctx)
 			if err != nil {
 				t.Fatal(err)

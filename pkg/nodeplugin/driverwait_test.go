@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
@@ -43,20 +42,7 @@ func TestWaitsForTheDriver(t *testing.T) {
 	go func() { done <- Run(runCtx, o) }()
 
 	get := func(path string) (int, string, error) { return httpGet(o.HTTPAddress, path) }
-	var code int
-	var body string
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-done:
-			t.Fatalf("the plugin exited before the driver was under its root: %v", err)
-		default:
-		}
-		var err error
-		code, body, err = get("/healthz")
-		return err == nil && strings.Contains(body, root), nil
-	}); err != nil {
-		t.Fatalf("/healthz while the driver root is empty: %d %q; want an answer naming the driver root", code, body)
-	}
+	code, body := healthzSaying(ctx, t, o.HTTPAddress, done, root)
 	if code != http.StatusOK || !strings.HasPrefix(body, "starting: waiting for the NVIDIA driver under "+root) {
 		t.Errorf("/healthz while waiting for the driver = %d %q, want 200 starting: waiting for the NVIDIA driver under %s ...", code, body, root)
 	}

@@ -98,14 +98,7 @@ func TestDriverChange(t *testing.T) {
 			o.NodeName, o.MockDir = node, t.TempDir()
 			o.PluginDataDir, o.NVIDIACDIHookSource = t.TempDir(), fakeHook(t)
 			be, noop, upgrade := tc.open(t, o)
-			inv, err := be.Enumerate(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			src, err := newDriverSource(ctx, o, be, inv.Kind)
-			if err != nil {
-				t.Fatal(err)
-			}
+			inv, src := enumerateSource(ctx, t, o, be)
 			if lib, ok := be.(interface{ Library() nvml.Interface }); ok {
 				src.openNVML = func(context.Context) (nvml.Interface, func(), error) { return lib.Library(), func() {}, nil }
 			}

@@ -56,6 +56,11 @@ type Options struct {
 	// NVIDIACDIHookSource is the hook the plugin ships; empty: nvidia-cdi-hook beside the
 	// plugin's executable (the image's /usr/bin, make build's bin/).
 	NVIDIACDIHookSource string
+	// MockDriverRoot says where the GPU mock's driver is: MockDriverRootGenerate (the mock
+	// writes it under MockDir) or MockDriverRootUse (the driver root NVIDIADriverRoot names,
+	// installed there by someone else, which the mock waits for and watches as the nvml
+	// backend does a real driver's).
+	MockDriverRoot string
 	// MockToolsSource is the GPU mock's tools (cmd/accel-dra-mock-nvidia) that the mock's driver
 	// root holds as nvidia-smi and the other driver binaries; empty: accel-dra-mock-nvidia
 	// beside the plugin's executable, or, where there is none, scripts that only print their
@@ -100,6 +105,12 @@ type Options struct {
 	MPSDaemonPriorityClassName string
 }
 
+// GPU mock driver roots (--mock-driver-root).
+const (
+	MockDriverRootGenerate = "generate"
+	MockDriverRootUse      = "use"
+)
+
 // NewOptions returns the defaults, which fit a DaemonSet with the kubelet's standard paths.
 func NewOptions() *Options {
 	return &Options{
@@ -116,6 +127,7 @@ func NewOptions() *Options {
 		MPSDaemons:         MPSDaemonsProcess,
 		MPSDaemonNamespace: os.Getenv("POD_NAMESPACE"),
 		NVIDIADriverRoot:   "/",
+		MockDriverRoot:     MockDriverRootGenerate,
 		NVIDIAProcRoot:     nvmlbackend.DefaultProcRoot,
 		AscendDriverRoot:   "/",
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
@@ -145,10 +157,11 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.BootIDFile, "boot-id-file", o.BootIDFile, "File holding the node's boot ID; a change means a reboot.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address of the /healthz, /readyz and /metrics endpoint; empty disables it.")
 	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this plugin's pod (default from $POD_UID); enables the kubelet's rolling update of the plugin with surge.")
-	fs.StringVar(&o.NVIDIADriverRoot, "nvidia-driver-root", o.NVIDIADriverRoot, "Root of the NVIDIA driver installation as this process sees it (the host's / mounted into the container, or the GPU operator's driver root); its libraries, binaries and firmware go into every GPU container's CDI spec, and the nvml backend waits for its libnvidia-ml.so.1 and loads it by its full path (not by the library path: the root's library directories hold the host's C library too). Empty: GPU containers get device nodes only, and NVML is loaded by its soname. The mock backend generates its own.")
+	fs.StringVar(&o.NVIDIADriverRoot, "nvidia-driver-root", o.NVIDIADriverRoot, "Root of the NVIDIA driver installation as this process sees it (the host's / mounted into the container, or the GPU operator's driver root); its libraries, binaries and firmware go into every GPU container's CDI spec, and the nvml backend waits for its libnvidia-ml.so.1 and loads it by its full path (not by the library path: the root's library directories hold the host's C library too). Empty: GPU containers get device nodes only, and NVML is loaded by its soname. The mock backend generates its own, unless --mock-driver-root=use.")
 	fs.StringVar(&o.NVIDIAHostDriverRoot, "nvidia-host-driver-root", o.NVIDIAHostDriverRoot, "The same tree as --nvidia-driver-root as the container runtime on the host sees it (default: the same path).")
 	fs.StringVar(&o.NVIDIACDIHookPath, "nvidia-cdi-hook-path", o.NVIDIACDIHookPath, "Path on the host of an NVIDIA container toolkit nvidia-cdi-hook for the CDI specs' hooks to run (e.g. "+nvidiacdi.DefaultHookPath+", or the GPU operator's /usr/local/nvidia/toolkit/nvidia-cdi-hook). Empty: the plugin installs the hook it ships (--nvidia-cdi-hook-source) under --plugin-data-dir and uses that, so that nodes need no toolkit.")
 	fs.StringVar(&o.NVIDIACDIHookSource, "nvidia-cdi-hook-source", o.NVIDIACDIHookSource, "The nvidia-cdi-hook the plugin ships and installs when --nvidia-cdi-hook-path is empty (default: nvidia-cdi-hook beside the plugin's executable).")
+	fs.StringVar(&o.MockDriverRoot, "mock-driver-root", o.MockDriverRoot, "Where the mock backend's NVIDIA driver is: generate (it writes a driver root of its profile's version under --mock-dir, and the machine's description for the tools in it) or use (the driver root --nvidia-driver-root names, with the mock driver's files installed there by someone else: the plugin waits for its libnvidia-ml.so.1 and watches it as for a real driver, the mock NVML reports the version of that library, libnvidia-ml.so.<version>, and the machine's description goes under --mock-dir). See docs/install.md.")
 	fs.StringVar(&o.MockToolsSource, "mock-tools-source", o.MockToolsSource, "The GPU mock's tools (accel-dra-mock-nvidia) that the mock backend's driver root holds as nvidia-smi, nvidia-cuda-mps-control and the other driver binaries (default: accel-dra-mock-nvidia beside the plugin's executable; without it, scripts that only print their name).")
 	fs.StringVar(&o.NVIDIAProcRoot, "nvidia-proc-root", o.NVIDIAProcRoot, "Where this process sees the host's /proc: the nvml backend reads devices (the nvidia-caps major) and driver/nvidia/capabilities (each MIG instance's caps node minor and mode) under it, and puts the /dev/nvidia-caps nodes in MIG devices' CDI specs fully specified, for the runtime to create. The container's own /proc serves unless the runtime masks /proc/driver/nvidia; then mount the host's /proc elsewhere. The mock backend has its own.")
 	fs.StringVar(&o.AscendDriverRoot, "ascend-driver-root", o.AscendDriverRoot, "Root under which the Ascend driver is installed (/usr/local/Ascend/driver, ...) as this process sees it. Empty: NPU containers get device nodes only. The npu-mock backend generates its own.")
@@ -194,6 +207,14 @@ func (o *Options) Complete() error {
 	if o.MockDir == "" {
 		o.MockDir = filepath.Join(o.PluginDataDir, "mock")
 	}
+	switch {
+	case o.MockDriverRoot != MockDriverRootGenerate && o.MockDriverRoot != MockDriverRootUse:
+		return fmt.Errorf("--mock-driver-root=%q: want %s or %s", o.MockDriverRoot, MockDriverRootGenerate, MockDriverRootUse)
+	case o.MockDriverRoot == MockDriverRootUse && o.Backend != backend.Mock:
+		return fmt.Errorf("--mock-driver-root=%s is for --backend=%s, not %q", MockDriverRootUse, backend.Mock, o.Backend)
+	case o.MockDriverRoot == MockDriverRootUse && o.NVIDIADriverRoot == "":
+		return fmt.Errorf("--mock-driver-root=%s needs the driver root in --nvidia-driver-root", MockDriverRootUse)
+	}
 	if o.MPSDaemons != MPSDaemonsPod && o.MPSDaemons != MPSDaemonsProcess {
 		return fmt.Errorf("--mps-daemons=%q: want %s or %s", o.MPSDaemons, MPSDaemonsPod, MPSDaemonsProcess)
 	}
@@ -201,6 +222,15 @@ func (o *Options) Complete() error {
 		return fmt.Errorf("--device-taint-effects: %w", err)
 	}
 	return nil
+}
+
+// backendDriverRoot is the NVIDIA driver root the device backend loads NVML from, which the
+// plugin waits for: --nvidia-driver-root for nvml and for the mock that uses it; "" otherwise.
+func (o *Options) backendDriverRoot() string {
+	if o.Backend == backend.NVML || o.Backend == backend.Mock && o.MockDriverRoot == MockDriverRootUse {
+		return o.NVIDIADriverRoot
+	}
+	return ""
 }
 
 func defaultIgnoredXIDs() []uint {

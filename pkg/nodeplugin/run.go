@@ -63,7 +63,7 @@ func Run(ctx context.Context, o *Options) error {
 		}()
 	}
 
-	if o.Backend == backend.NVML && o.NVIDIADriverRoot != "" && !waitForDriver(ctx, start, o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot) {
+	if root := o.backendDriverRoot(); root != "" && !waitForDriver(ctx, start, root, o.NVIDIAHostDriverRoot) {
 		logger.Info("Shutting down")
 		return nil
 	}
@@ -71,7 +71,7 @@ func Run(ctx context.Context, o *Options) error {
 	be, err := backend.New(ctx, backend.Options{
 		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
 		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir, AscendDriverRoot: o.AscendDriverRoot,
-		NVIDIAProcRoot: o.NVIDIAProcRoot, NVIDIADriverRoot: o.NVIDIADriverRoot,
+		NVIDIAProcRoot: o.NVIDIAProcRoot, NVIDIADriverRoot: o.backendDriverRoot(),
 	})
 	if err != nil {
 		return fmt.Errorf("device backend %q: %w", o.Backend, err)

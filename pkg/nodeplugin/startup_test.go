@@ -27,6 +27,59 @@ import (
 // and /metrics is served; the plugin stops when told to.
 func TestHealthzDuringSlowStart(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
+	dir := socketTempDir(t)
+	o := slowAPIServerOptions(t, dir)
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- Run(runCtx, o) }()
+
+	get := func(path string) (int, string, error) { return httpGet(o.HTTPAddress, path) }
+	code, body := healthzSaying(ctx, t, o.HTTPAddress, done, "API server")
+	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting:") {
+		t.Errorf("/healthz during start-up = %d %q, want 503 starting: ...", code, body)
+	}
+	if code, body, err := get("/readyz"); err != nil || code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during start-up = %d %q, %v; want 503", code, body, err)
+	}
+	if code, _, err := get("/metrics"); err != nil || code != http.StatusOK {
+		t.Errorf("/metrics during start-up = %d, %v", code, err)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of its context ending")
+	}
+}
+
+// healthzSaying polls the plugin's /healthz at addr until its answer says want, and returns
+// it; the plugin ending first (done) or 10s passing fails the test.
+func healthzSaying(ctx context.Context, t *testing.T, addr string, done <-chan error, want string) (int, string) {
+	t.Helper()
+	var code int
+	var body string
+	var lastErr error
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			t.Fatalf("the plugin exited while /healthz was to say %q: %v", want, err)
+		default:
+		}
+		code, body, lastErr = httpGet(addr, "/healthz")
+		return lastErr == nil && strings.Contains(body, want), nil
+	}); err != nil {
+		t.Fatalf("/healthz: %d %q, %v; want an answer saying %q", code, body, lastErr, want)
+	}
+	return code, body
+}
+
+// slowAPIServerOptions are the options of a mock GPU plugin, with its directories under dir,
+// whose start-up waits on an API server that accepts connections and never answers: its
+// checkpoint holds a prepared claim, which Reconcile asks the API server about.
+func slowAPIServerOptions(t *testing.T, dir string) *Options {
+	t.Helper()
 	silent := make(chan struct{})
 	api := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		select {
@@ -34,10 +87,8 @@ func TestHealthzDuringSlowStart(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	}))
-	defer api.Close()
-	defer close(silent)
-
-	dir := socketTempDir(t)
+	t.Cleanup(api.Close)
+	t.Cleanup(func() { close(silent) })
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -58,7 +109,6 @@ current-context: c
 	o.PluginDataDir, o.RegistrarDir, o.CDIRoot = filepath.Join(dir, "p"), filepath.Join(dir, "r"), filepath.Join(dir, "cdi")
 	o.DriverCheckInterval, o.DeviceHealth = 0, false
 	o.HTTPAddress, o.NVIDIACDIHookSource = freeAddress(t), fakeHook(t)
-	// A claim prepared by an earlier instance, which Reconcile asks the API server about.
 	store, err := checkpoint.Open(filepath.Join(o.PluginDataDir, "checkpoint"), boot)
 	if err != nil {
 		t.Fatal(err)
@@ -68,37 +118,7 @@ current-context: c
 		t.Fatal(err)
 	}
 	_ = store.Close()
-
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- Run(runCtx, o) }()
-
-	get := func(path string) (int, string, error) { return httpGet(o.HTTPAddress, path) }
-	var code int
-	var body string
-	var lastErr error
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		code, body, lastErr = get("/healthz")
-		return lastErr == nil && strings.Contains(body, "API server"), nil
-	}); err != nil {
-		t.Fatalf("/healthz during start-up: %d %q, %v; want an answer naming the API server it waits for", code, body, lastErr)
-	}
-	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "starting:") {
-		t.Errorf("/healthz during start-up = %d %q, want 503 starting: ...", code, body)
-	}
-	if code, body, err := get("/readyz"); err != nil || code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz during start-up = %d %q, %v; want 503", code, body, err)
-	}
-	if code, _, err := get("/metrics"); err != nil || code != http.StatusOK {
-		t.Errorf("/metrics during start-up = %d, %v", code, err)
-	}
-	stop()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return within 30s of its context ending")
-	}
+	return o
 }
 
 // httpGet returns the status and body of GET http://<addr><path>.

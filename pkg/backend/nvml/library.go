@@ -75,6 +75,29 @@ func (e libraryError) Error() string {
 
 func (e libraryError) Is(target error) bool { return target == ErrLibraryNotFound }
 
+// initSymbols are NVML's initialisation functions, one of which go-nvml's Init calls: the
+// newest it finds, else nvmlInit, whose absence the loader reports by ending the process
+// ("symbol lookup error"), not by an error go-nvml could return.
+var initSymbols = []string{"nvmlInit_v2", "nvmlInit"}
+
+// checkLibrary loads path as go-nvml's Init will and refuses, with the loader's reason, a
+// library the loader refuses or one without NVML's initialisation (a file that is not NVML),
+// before go-nvml's Init would call a function it does not have.
+func checkLibrary(path string) error {
+	d := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)
+	if err := d.Open(); err != nil {
+		// dlerror's message starts with the path.
+		return libraryError{path: path, reason: strings.TrimPrefix(err.Error(), path+": ")}
+	}
+	defer func() { _ = d.Close() }()
+	for _, sym := range initSymbols {
+		if d.Lookup(sym) == nil {
+			return nil
+		}
+	}
+	return libraryError{path: path, reason: fmt.Sprintf("it has none of NVML's %s: not NVML", strings.Join(initSymbols, ", "))}
+}
+
 // loadError asks the loader itself why it refuses path.
 func loadError(path string) error {
 	d := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)

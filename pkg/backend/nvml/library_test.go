@@ -102,27 +102,37 @@ func writeLibrary(t *testing.T, dir, version string) {
 }
 
 // TestNewFromSystemLoadsByPath: the backend loads the library at the path it is given, not one
-// the loader would find by name, and says why the loader refused it. The library in the root is
-// not an ELF file, which the loader refuses on every machine, with the NVIDIA driver or without
-// (the mock driver root's own libraries load, and have no NVML in them to call).
+// the loader would find by name, and says why it refused it, without ending the process: a file
+// the loader refuses gets the loader's reason; the mock driver root's libnvidia-ml, which loads
+// but has no NVML functions, whose initialisation go-nvml would call (and the loader end the
+// process at), is refused as not NVML.
 func TestNewFromSystemLoadsByPath(t *testing.T) {
-	root := t.TempDir()
-	if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := nvmlbackend.FindLibrary(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(lib, []byte(strings.Repeat("not an ELF file ", 16)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := nvmlbackend.NewFromSystem(context.Background(), lib, "/sys", "/dev")
-	if err == nil {
-		_ = b.Close()
-		t.Fatalf("NVML loaded from %s, which no loader can load", lib)
-	}
-	if !errors.Is(err, nvmlbackend.ErrLibraryNotFound) || !strings.HasPrefix(err.Error(), "loading NVML from "+lib+": ") || !strings.Contains(err.Error(), "ELF") {
-		t.Errorf("NewFromSystem(%s) = %v; want ErrLibraryNotFound, the path and the loader's reason", lib, err)
+	for name, tc := range map[string]struct {
+		write func(t *testing.T, root string)
+		want  string
+	}{
+		"not ELF": {write: func(t *testing.T, root string) { writeLibrary(t, filepath.Join(root, "usr/lib64"), "570.124.06") }, want: "ELF"},
+		"not NVML": {write: func(t *testing.T, root string) {
+			if err := nvmlmock.WriteDriverRootOfVersion(root, "570.124.06"); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "nvmlInit_v2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			tc.write(t, root)
+			lib, err := nvmlbackend.FindLibrary(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := nvmlbackend.NewFromSystem(context.Background(), lib, "/sys", "/dev")
+			if err == nil {
+				_ = b.Close()
+				t.Fatalf("NVML loaded from %s, which is no NVML", lib)
+			}
+			if !errors.Is(err, nvmlbackend.ErrLibraryNotFound) || !strings.HasPrefix(err.Error(), "loading NVML from "+lib+": ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewFromSystem(%s) = %v; want ErrLibraryNotFound, the path and %q", lib, err, tc.want)
+			}
+		})
 	}
 }

@@ -19,6 +19,11 @@ func NewFromSystem(ctx context.Context, library, sysRoot, devRoot string, opts .
 		// os.DirFS implements ReadLinkFS since Go 1.25; this guards a future change.
 		return nil, fmt.Errorf("sysfs root %s: os.DirFS does not support symlinks", sysRoot)
 	}
+	if library != "" {
+		if err := checkLibrary(library); err != nil {
+			return nil, err
+		}
+	}
 	lib, err := newLibrary(library)
 	if err != nil {
 		return nil, err

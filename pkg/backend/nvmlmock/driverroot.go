@@ -61,30 +61,43 @@ func WithTools(path string) DriverRootOption {
 
 // WriteDriverRoot generates under dir the file tree of an installed NVIDIA driver, of the
 // version and with the GPUs that lib (the mock's NVML) reports, for the NVIDIA toolkit's CDI
-// generator to find: the versioned libraries as real (tiny) ELF shared objects whose SONAME is
-// lib<x>.so.1, with the soname and development symlinks; the driver binaries (WithTools); the
-// GSP firmware in lib/firmware/nvidia/<version>; the nvidia-persistenced socket; and the
-// machine's description for the tools (machine.Path), which the plugin's CDI edits mount into
-// containers. The driver's own files are replaced, so a restart with another profile does not
-// mix two drivers, and nothing else: the directory itself and what others put into it stay, as
-// on a node whose driver is upgraded in place (MPS daemons run chrooted into the root, through
-// a bind of the directory that a new directory would leave behind, and mount into it).
+// generator to find: the driver's files (WriteDriver) and the machine's description for the
+// tools (machine.Path), which the plugin's CDI edits mount into containers. The driver's own
+// files are replaced, so a restart with another profile does not mix two drivers, and nothing
+// else: the directory itself and what others put into it stay, as on a node whose driver is
+// upgraded in place (MPS daemons run chrooted into the root, through a bind of the directory
+// that a new directory would leave behind, and mount into it).
 func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) error {
+	m, err := DescribeMachine(lib)
+	if err == nil {
+		err = m.Validate()
+	}
+	if err != nil {
+		return fmt.Errorf("mock driver root: %w", err)
+	}
+	if err := WriteDriver(dir, m.DriverVersion, opts...); err != nil {
+		return err
+	}
+	return writeMachine(filepath.Join(dir, machine.Path), m)
+}
+
+// WriteDriver installs under dir the files of the mock NVIDIA driver of version, as a driver
+// installer (the .run file, the distribution's packages, the GPU operator's driver container)
+// puts them into a root: the versioned libraries as real (tiny) ELF shared objects whose
+// SONAME is lib<x>.so.1, with the soname and development symlinks; the driver binaries
+// (WithTools); the GSP firmware in lib/firmware/nvidia/<version>; the nvidia-persistenced
+// socket. It knows nothing of the machine: a root it wrote serves any mock node, whose plugin
+// reads the version from the libraries' names, as NVML reports the version of the library it
+// loaded (--mock-driver-root=use). It replaces the files of a driver it wrote before, of any
+// version, and nothing else, so it installs into a root that holds other things, a
+// distribution's C library for one.
+func WriteDriver(dir, version string, opts ...DriverRootOption) error {
 	var o driverRootOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	m, err := DescribeMachine(lib)
-	if err != nil {
-		return fmt.Errorf("mock driver root: %w", err)
-	}
-	version := m.DriverVersion
 	if version == "" || strings.ContainsAny(version, "/ ") {
 		return fmt.Errorf("mock driver root: bad driver version %q", version)
-	}
-	description, err := m.Encode()
-	if err != nil {
-		return fmt.Errorf("mock driver root: %w", err)
 	}
 	if err := removeDriver(dir); err != nil {
 		return fmt.Errorf("mock driver root: %w", err)
@@ -118,7 +131,6 @@ func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) e
 		// A regular file where the daemon's socket would be: the toolkit only checks that it
 		// exists, and a mock node runs no daemon.
 		"run/nvidia-persistenced/socket": {"", 0o644},
-		machine.Path:                     {string(description), 0o644},
 	}
 	if o.tools == "" {
 		for _, b := range driverBinaries {
@@ -141,6 +153,36 @@ func WriteDriverRoot(dir string, lib nvml.Interface, opts ...DriverRootOption) e
 		if err := installTools(filepath.Join(dir, "usr/bin"), o.tools); err != nil {
 			return fmt.Errorf("mock driver root: the GPU mock's tools: %w", err)
 		}
+	}
+	return nil
+}
+
+// WriteMachine writes the description of the GPUs lib (the mock's NVML) has to path, for the
+// mock's tools: a plugin that uses a driver root installed by someone else keeps it in its own
+// directory and writes it with each computation of its CDI edits, from the NVML of the driver
+// they are of. The file is replaced (through a rename, so that a reader gets a whole one) only
+// when the description changed, another driver's version for one.
+func WriteMachine(path string, lib nvml.Interface) error {
+	m, err := DescribeMachine(lib)
+	if err != nil {
+		return fmt.Errorf("mock machine description: %w", err)
+	}
+	return writeMachine(path, m)
+}
+
+func writeMachine(path string, m *machine.Machine) error {
+	description, err := m.Encode()
+	if err != nil {
+		return fmt.Errorf("mock machine description: %w", err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, description) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("mock machine description: %w", err)
+	}
+	if err := replaceFile(path, description, 0o644); err != nil {
+		return fmt.Errorf("mock machine description: %w", err)
 	}
 	return nil
 }

@@ -120,6 +120,7 @@ type options struct {
 	noRecoveryAction bool
 	stateDir         string
 	uvm              *UVMState
+	driverRoot       string
 }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
@@ -145,6 +146,11 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.driverRoot != "" {
+		if err := s.useDriverRoot(o.driverRoot); err != nil {
+			return nil, err
+		}
 	}
 	if o.stateDir != "" {
 		s.UseStateDir(o.stateDir)
