@@ -1,7 +1,10 @@
 package publisher
 
 import (
+	"os"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/accel-dra/accel-dra/pkg/template"
@@ -47,6 +50,33 @@ func TestFlags(t *testing.T) {
 		}
 		if err := o.Validate(); err == nil {
 			t.Errorf("%v: no error", bad)
+		}
+	}
+}
+
+// TestFlagDefaultsInDocs: every default that docs/template-publisher.md's flag table gives as a
+// literal is the flag set's own, so the table cannot go stale as a default changes.
+func TestFlagDefaultsInDocs(t *testing.T) {
+	data, err := os.ReadFile("../../docs/template-publisher.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := NewOptions().NewFlagSet()
+	row := regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| `([^`]*)` \\|")
+	rows := row.FindAllStringSubmatch(string(data), -1)
+	if len(rows) < 10 {
+		t.Fatalf("found %d flag rows with a literal default in the docs; the table's format changed", len(rows))
+	}
+	for _, r := range rows {
+		name, doc := r[1], r[2]
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("the docs list --%s, which the publisher has no more", name)
+			continue
+		}
+		// pflag prints slices as [a,b].
+		if got := strings.TrimSuffix(strings.TrimPrefix(f.DefValue, "["), "]"); got != doc {
+			t.Errorf("--%s: the docs say the default is %q, the flag's is %q", name, doc, got)
 		}
 	}
 }
