@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
@@ -248,6 +249,7 @@ group has nodes. A group whose template came from its own nodes is refused unles
 func newSimulateCommand(o *rootOptions, streams IOStreams) *cobra.Command {
 	var group, file, classesFile, annotationsFile, output string
 	output = "text"
+	timeout := DefaultTimeout
 	cmd := &cobra.Command{
 		Use:   "simulate --node-group GROUP -f CLAIMS",
 		Short: "Would a new node of a group satisfy these ResourceClaims?",
@@ -262,10 +264,14 @@ slice-count fix), and with those devices as released providers announce them (re
 The file holds ResourceClaims and ResourceClaimTemplates (all must fit together on the node, as
 for one pod), or one Pod with the claims and templates it references. DeviceClasses come from
 the cluster, from --device-classes, and from the file itself. --annotations reads the group's
-annotations from a file (a MachineDeployment, or a map) instead of the cluster.`,
+annotations from a file (a MachineDeployment, or a map) instead of the cluster.
+
+Each allocation is bounded by --timeout, as kube-scheduler bounds its DRA filter (10s by
+default): a search that takes longer is reported UNDECIDED, which is what the scheduler and the
+autoscaler do with it too (no placement, no scale-up), never a hang.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output)
+			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output, timeout)
 		},
 	}
 	cmd.Flags().StringVar(&group, "node-group", "", "Node group: <name>, machinedeployment/<name> or machineset/<name>.")
@@ -273,13 +279,17 @@ annotations from a file (a MachineDeployment, or a map) instead of the cluster.`
 	cmd.Flags().StringVar(&classesFile, "device-classes", "", "File with DeviceClasses to use instead of the cluster's.")
 	cmd.Flags().StringVar(&annotationsFile, "annotations", "", "File with the group's annotations to use instead of the cluster's.")
 	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: text or json.")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "Bound of each allocation (kube-scheduler's DRA filter timeout); past it the verdict is UNDECIDED.")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
 
-func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile, output string) error {
+func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile, output string, timeout time.Duration) error {
 	if output != "text" && output != "json" {
 		return fmt.Errorf("unknown output format %q", output)
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, not %v", timeout)
 	}
 	data, err := readFile(streams.In, file)
 	if err != nil {
@@ -302,7 +312,7 @@ func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, 
 			return err
 		}
 	}
-	in := SimulateInput{Claims: claims}
+	in := SimulateInput{Claims: claims, Timeout: timeout}
 	if len(objs.Pods) == 1 {
 		in.Pod = objs.Pods[0]
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -55,7 +56,15 @@ type SimulateInput struct {
 	// Pod, when set, must also be allowed on the node: its node selector, required node affinity
 	// and tolerations (nodefit.go).
 	Pod *corev1.Pod
+	// Timeout bounds each verdict's allocation, as the scheduler's DRA filter is bounded
+	// (DynamicResourcesArgs.filterTimeout); zero means DefaultTimeout.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is kube-scheduler 1.37's default DRA filter timeout: past it the scheduler
+// gives the node up for this attempt and retries the pod later, so an allocation that takes
+// longer does not make a pod schedule, nor (in the autoscaler's simulation) a group scale up.
+const DefaultTimeout = 10 * time.Second
 
 // Report is the outcome of Simulate.
 type Report struct {
@@ -85,6 +94,9 @@ type Verdict struct {
 	// CEL selector that reads an attribute the template node's devices lack. The scheduler
 	// then reports an error for the node; the autoscaler does not scale the group up.
 	Error bool `json:"error,omitempty"`
+	// Undecided is set when the allocator found no answer within the timeout; Fits is false.
+	// The scheduler's filter ends the same way (an error for the node, the pod retried).
+	Undecided bool `json:"undecided,omitempty"`
 	// Allocations per claim when it fits.
 	Allocations []ClaimAllocation `json:"allocations,omitempty"`
 }
@@ -104,6 +116,10 @@ type ClaimAllocation struct {
 // annotations cannot be turned into a node.
 func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 	rep := &Report{Group: in.Group}
+	timeout := in.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
 	node, err := nodegroup.TemplateNode(TemplateNodeName, in.Annotations)
 	if err != nil {
 		return nil, fmt.Errorf("node group %s: %w", in.Group, err)
@@ -122,7 +138,7 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		}
 		rep.Template.Available = true
 		rep.Template.Description = describe(slices)
-		if err := allocate(ctx, &rep.Template, node, slices, in.Classes, in.Claims); err != nil {
+		if err := allocate(ctx, timeout, &rep.Template, node, slices, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
 	}
@@ -137,7 +153,7 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		rep.Builtin.Available = true
 		rep.Builtin.Description = fmt.Sprintf("dra-driver=%s gpu-count=%s: devices with only type=\"gpu\"; ",
 			in.Annotations[nodegroup.DRADriverKey], in.Annotations[nodegroup.GPUCountKey]) + describe(builtin)
-		if err := allocate(ctx, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
+		if err := allocate(ctx, timeout, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
 		pinned := make([]*resourceapi.ResourceSlice, len(builtin))
@@ -147,7 +163,7 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		}
 		rep.Pinned.Available = true
 		rep.Pinned.Description = "the same devices in a pool with resourceSliceCount 0 (provider without the slice-count fix)"
-		if err := allocate(ctx, &rep.Pinned, node, pinned, in.Classes, in.Claims); err != nil {
+		if err := allocate(ctx, timeout, &rep.Pinned, node, pinned, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
 	}
@@ -183,7 +199,7 @@ func describe(slices []*resourceapi.ResourceSlice) string {
 	return strings.Join(parts, ", ")
 }
 
-func allocate(ctx context.Context, v *Verdict, node *corev1.Node, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, claims []*resourceapi.ResourceClaim) error {
+func allocate(ctx context.Context, timeout time.Duration, v *Verdict, node *corev1.Node, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, claims []*resourceapi.ResourceClaim) error {
 	// The scheduler refuses a claim whose class does not exist before it allocates; so do we,
 	// with its words.
 	lister := classLister(classes)
@@ -214,8 +230,17 @@ func allocate(ctx context.Context, v *Verdict, node *corev1.Node, slices []*reso
 	if err != nil {
 		return fmt.Errorf("creating the allocator: %w", err)
 	}
-	results, err := a.Allocate(ctx, node, claims)
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	results, err := a.Allocate(actx, node, claims)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// Ended by the caller, not by the bound.
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		v.Undecided = true
+		v.Reason = fmt.Sprintf("undecided: the allocator found no answer within %v (kube-scheduler's DRA filter gives up on the node after the same time by default, and the autoscaler does not scale up for it)", timeout)
+		return nil
 	case errors.Is(err, structured.ErrFailedAllocationOnNode):
 		v.Reason = err.Error()
 		return nil
@@ -264,8 +289,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"autoscaler built-in as released (resourceSliceCount 0)", r.Pinned},
 	} {
 		verdict := "NO"
-		if v.v.Fits {
+		switch {
+		case v.v.Fits:
 			verdict = "YES"
+		case v.v.Undecided:
+			verdict = "UNDECIDED"
 		}
 		fmt.Fprintf(&b, "  %s: %s\n    template node: %s\n", v.name, verdict, v.v.Description)
 		switch {

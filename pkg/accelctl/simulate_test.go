@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -310,5 +312,61 @@ spec:
 	}
 	if !rep.Template.Fits || rep.Builtin.Fits || !rep.Builtin.Available {
 		t.Errorf("report = %+v, want template yes, builtin no", rep)
+	}
+}
+
+// TestSimulateIsBounded: annotations of a dynamic-MIG 8×H100 group as publishers before the
+// whole-device count wrote them (gpu-count 208) and a claim for 8 whole GPUs and one MIG device
+// made the built-in verdict search 8 of 208 identical devices for minutes (the MIG request
+// matches none). Each verdict is bounded as the scheduler's DRA filter is, and says so.
+func TestSimulateIsBounded(t *testing.T) {
+	ann := map[string]string{nodegroup.DRADriverKey: gpuDriver, nodegroup.GPUCountKey: "208", nodegroup.CPUKey: "96", nodegroup.MemoryKey: "1000Gi"}
+	claim := `apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: c
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly:
+        deviceClassName: gpu.accel-dra.io
+        count: 8
+    - name: mig
+      exactly:
+        deviceClassName: gpu.accel-dra.io
+        selectors:
+        - cel:
+            expression: 'device.attributes["gpu.accel-dra.io"].type == "mig"'
+`
+	objs, err := ParseObjects([]byte(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := objs.ClaimsToAllocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 300 * time.Millisecond
+	rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: ann, Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims, Timeout: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rep.Builtin
+	if !b.Available || b.Fits || !b.Undecided || b.Error || !strings.Contains(b.Reason, "undecided") || !strings.Contains(b.Reason, bound.String()) {
+		t.Errorf("built-in verdict %+v; want available, undecided, no fit, a reason naming the bound %v", b, bound)
+	}
+	var out bytes.Buffer
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "UNDECIDED") {
+		t.Errorf("the text report does not say UNDECIDED:\n%s", out.String())
+	}
+	// The caller's own cancellation is the caller's error, not a verdict.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Simulate(ctx, SimulateInput{Group: "g", Annotations: ann, Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Simulate with a cancelled context = %v, want context.Canceled", err)
 	}
 }

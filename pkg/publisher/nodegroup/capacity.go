@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/accel-dra/accel-dra/pkg/template"
@@ -191,13 +192,17 @@ func commonTaints(nodes []*corev1.Node) string {
 }
 
 // DRA returns the dra-driver, gpu-count and dra-pool keys for a template: gpuDriver and the
-// number of its devices, if the template has any (over all pools of that driver). Released
+// number of its whole accelerators (WholeDevices) over all its pools, if it has any. Released
 // autoscalers invent that many devices with only the attribute type=gpu for the template node
-// (see BuiltinSlices). dra-pool is written only when the driver has exactly one pool on the
-// node, so that it names the pool gpu-count counts: the driver name followed by the pool's
-// suffix (a valid pool name, unique per driver and pool on the node and the same on every
-// node of the shape; the autoscaler suffixes pool names per simulated node anyway). An empty
-// gpuDriver or a template without its devices gives no keys.
+// (see BuiltinSlices), which any class of the driver matches, so the count must be what a claim
+// for whole devices can really get on a new node: counting partitions (208 "GPUs" on an 8×H100
+// dynamic-MIG node) made the autoscaler add nodes for claims no node can satisfy. A node with
+// none (static MIG: only partitions) gets no keys: a stock autoscaler then expects no devices of
+// the driver, and only accel-dra's template describes the node. dra-pool is written only when
+// exactly one pool of the driver has whole devices, so that it names the pool gpu-count counts: the
+// driver name followed by the pool's suffix (a valid pool name, unique per driver and pool on
+// the node and the same on every node of the shape; the autoscaler suffixes pool names per
+// simulated node anyway). An empty gpuDriver or a template without its devices gives no keys.
 func DRA(t *template.Template, gpuDriver string) map[string]string {
 	out := map[string]string{}
 	if t == nil || gpuDriver == "" {
@@ -205,8 +210,8 @@ func DRA(t *template.Template, gpuDriver string) map[string]string {
 	}
 	n, pools, suffix := 0, 0, ""
 	for _, d := range t.Drivers {
-		if d.Name == gpuDriver {
-			n += len(d.Devices)
+		if w := WholeDevices(d); d.Name == gpuDriver && w > 0 {
+			n += w
 			pools++
 			suffix = d.PoolSuffix
 		}
@@ -219,4 +224,26 @@ func DRA(t *template.Template, gpuDriver string) map[string]string {
 		}
 	}
 	return out
+}
+
+// WholeDeviceTypes are the values of a device's type attribute that name a whole accelerator.
+// MIG devices ("mig") are partitions of one. A shared GPU (time-slicing, MPS, consumable
+// memory) is still one whole device: the autoscaler's invented device can be allocated once,
+// which undercounts what the node gives shared claims but never promises a claim it cannot get.
+var WholeDeviceTypes = []string{"gpu", "npu"}
+
+// WholeDevices counts the devices of d whose type attribute (bare, or in the driver's domain)
+// is one of WholeDeviceTypes.
+func WholeDevices(d template.Driver) int {
+	n := 0
+	for _, dev := range d.Devices {
+		a, ok := dev.Attributes["type"]
+		if !ok {
+			a, ok = dev.Attributes[resourceapi.QualifiedName(d.Name+"/type")]
+		}
+		if ok && a.StringValue != nil && slices.Contains(WholeDeviceTypes, *a.StringValue) {
+			n++
+		}
+	}
+	return n
 }

@@ -150,27 +150,44 @@ func TestTemplateNodeRoundTrip(t *testing.T) {
 }
 
 func TestDRAAndBuiltinSlices(t *testing.T) {
+	typed := func(typ string, names ...string) []resourceapi.Device {
+		var out []resourceapi.Device
+		for _, n := range names {
+			out = append(out, resourceapi.Device{Name: n, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: new(typ)}}})
+		}
+		return out
+	}
 	tmpl := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
-		{Name: "gpu.accel-dra.io", Devices: []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}, {Name: "gpu-2"}}},
-		{Name: "npu.accel-dra.io", Devices: []resourceapi.Device{{Name: "npu-0"}}},
+		{Name: "gpu.accel-dra.io", Devices: typed("gpu", "gpu-0", "gpu-1", "gpu-2")},
+		{Name: "npu.accel-dra.io", Devices: typed("npu", "npu-0")},
 	}}
 	ann := DRA(tmpl, "gpu.accel-dra.io")
 	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "3", DRAPoolKey: "gpu.accel-dra.io"}, ann); diff != "" {
 		t.Errorf("DRA (-want +got):\n%s", diff)
 	}
-	// A driver with two pools on the node: gpu-count counts both, no single pool to name.
+	// A driver with two pools of whole devices on the node: gpu-count counts both, no single
+	// pool to name. Partitions and devices without a type are not whole devices.
 	twoPools := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
-		{Name: "gpu.accel-dra.io", Devices: []resourceapi.Device{{Name: "gpu-0"}}},
-		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: []resourceapi.Device{{Name: "gpu-0-mig-1g"}, {Name: "gpu-0-mig-2g"}}},
+		{Name: "gpu.accel-dra.io", Devices: append(typed("gpu", "gpu-0"), resourceapi.Device{Name: "untyped"})},
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/b", Devices: append(typed("gpu", "gpu-1"), typed("mig", "gpu-1-mig-1g")...)},
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: typed("mig", "gpu-0-mig-1g", "gpu-0-mig-2g")},
 	}}
-	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "3"}, DRA(twoPools, "gpu.accel-dra.io")); diff != "" {
+	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "2"}, DRA(twoPools, "gpu.accel-dra.io")); diff != "" {
 		t.Errorf("DRA with two pools (-want +got):\n%s", diff)
 	}
-	onlyMIG := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
-		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: []resourceapi.Device{{Name: "gpu-0-mig-1g"}}},
+	// The one pool with whole devices is named, with its suffix.
+	suffixed := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/whole", Devices: typed("gpu", "gpu-0")},
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: typed("mig", "gpu-0-mig-1g")},
 	}}
-	if got := DRA(onlyMIG, "gpu.accel-dra.io")[DRAPoolKey]; got != "gpu.accel-dra.io/mig" {
-		t.Errorf("dra-pool of a pool with a suffix = %q, want gpu.accel-dra.io/mig", got)
+	if diff := cmp.Diff(map[string]string{DRADriverKey: "gpu.accel-dra.io", GPUCountKey: "1", DRAPoolKey: "gpu.accel-dra.io/whole"}, DRA(suffixed, "gpu.accel-dra.io")); diff != "" {
+		t.Errorf("DRA with a suffixed pool (-want +got):\n%s", diff)
+	}
+	onlyMIG := &template.Template{APIVersion: template.APIVersion, Kind: template.Kind, Drivers: []template.Driver{
+		{Name: "gpu.accel-dra.io", PoolSuffix: "/mig", Devices: typed("mig", "gpu-0-mig-1g")},
+	}}
+	if got := DRA(onlyMIG, "gpu.accel-dra.io"); len(got) != 0 {
+		t.Errorf("DRA of a node with partitions only = %v, want none", got)
 	}
 	if got := DRA(tmpl, "other.example.com"); len(got) != 0 {
 		t.Errorf("DRA for a driver without devices = %v, want none", got)
