@@ -122,19 +122,7 @@ func (e *env) testTwoReleases(ctx context.Context, t *testing.T) {
 	e.exec(ctx, "rm", "-f", gpuData+"/mock/"+nvmlmock.StateFileName)
 	e.helmTo(ctx, t, prev)
 	long := []workload{{name: "rel-whole"}, {name: "rel-mig", class: "mig.gpu.accel-dra.io"}}
-	uids := map[string]string{}
-	for _, w := range long {
-		if err := e.startWorkload(ctx, w); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, w := range long {
-		p, err := framework.WaitForPodRunning(ctx, e.client, ns, w.name, 3*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uids[w.name] = string(p.UID)
-	}
+	uids := e.startRunning(ctx, t, long)
 	for _, step := range []chartRelease{this, prev} {
 		n := e.whileChurning(ctx, t, "rel-churn-"+strings.ReplaceAll(step.tag, ".", "-"), func() { e.helmTo(ctx, t, step) })
 		t.Logf("rolled to %s; %d short pods came and went meanwhile", step.name, n)

@@ -187,19 +187,7 @@ func (e *env) testRollingUpgrade(ctx context.Context, t *testing.T) {
 		{name: "sliced", config: `{"apiVersion":"accel-dra.io/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`},
 		{name: "mps", config: `{"apiVersion":"accel-dra.io/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`},
 	}
-	uids := map[string]string{}
-	for _, w := range long {
-		if err := e.startWorkload(ctx, w); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, w := range long {
-		p, err := framework.WaitForPodRunning(ctx, e.client, ns, w.name, 3*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uids[w.name] = string(p.UID)
-	}
+	uids := e.startRunning(ctx, t, long)
 	mpsBefore := e.mpsDaemonStarts(ctx, t)
 	if mpsBefore == 0 {
 		t.Errorf("no MPS daemon started for the MPS pod")
@@ -320,4 +308,24 @@ func (e *env) testUninstall(ctx context.Context, t *testing.T) {
 	if out := strings.TrimSpace(e.exec(ctx, "sh", "-c", "ls /var/lib/kubelet/plugins_registry/ | grep accel-dra; true")); out != "" {
 		t.Errorf("registration sockets left after helm uninstall: %s", out)
 	}
+}
+
+// startRunning starts the workloads and waits for their pods to run; it returns their pod UIDs
+// by name.
+func (e *env) startRunning(ctx context.Context, t *testing.T, ws []workload) map[string]string {
+	t.Helper()
+	uids := map[string]string{}
+	for _, w := range ws {
+		if err := e.startWorkload(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range ws {
+		p, err := framework.WaitForPodRunning(ctx, e.client, ns, w.name, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[w.name] = string(p.UID)
+	}
+	return uids
 }

@@ -239,14 +239,7 @@ kind: ResourceClaim
 metadata: {name: unrelated}
 spec: {}
 `
-	objs, err := ParseObjects([]byte(pod))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := objs.ClaimsToAllocate()
-	if err != nil {
-		t.Fatal(err)
-	}
+	claims := parseClaims(t, pod)
 	var names []string
 	for _, c := range claims {
 		names = append(names, c.Namespace+"/"+c.Name)
@@ -339,14 +332,7 @@ spec:
         - cel:
             expression: 'device.attributes["gpu.accel-dra.io"].type == "mig"'
 `
-	objs, err := ParseObjects([]byte(claim))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := objs.ClaimsToAllocate()
-	if err != nil {
-		t.Fatal(err)
-	}
+	claims := parseClaims(t, claim)
 	const bound = 300 * time.Millisecond
 	rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: ann, Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims, Timeout: bound})
 	if err != nil {
@@ -369,4 +355,18 @@ spec:
 	if _, err := Simulate(ctx, SimulateInput{Group: "g", Annotations: ann, Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Simulate with a cancelled context = %v, want context.Canceled", err)
 	}
+}
+
+// parseClaims returns the claims to allocate of a file's text.
+func parseClaims(t *testing.T, text string) []*resourceapi.ResourceClaim {
+	t.Helper()
+	objs, err := ParseObjects([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := objs.ClaimsToAllocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claims
 }
