@@ -50,7 +50,13 @@ var builds = []string{"pinned", "slicefix", "accel-dra"}
 type source struct {
 	name    string // the group suffix and the key of scales
 	profile string // the plugin's mock profile
-	gpus    int
+	// dynamicMIG runs the plugin with --dynamic-mig: every MIG-mode GPU is published as itself
+	// and one device per MIG profile and placement, sharing its counters.
+	dynamicMIG bool
+	devices    int // the devices its node publishes
+	// gpuCount is the gpu-count key its template must carry: its whole GPUs, not its devices
+	// ("" for no key).
+	gpuCount string
 	// seed: the group's annotations are what `accelctl template seed` writes from the real
 	// node's ResourceSlices with kubernetes.io/arch=arm64, not what the publisher writes from the
 	// node. The kubelet labels its Node kubernetes.io/arch from its own GOARCH (amd64 here) and
@@ -61,9 +67,14 @@ type source struct {
 }
 
 var (
-	h100    = source{name: "h100", profile: "h100-8x-2numa", gpus: 8, arch: "amd64"}
-	gh200   = source{name: "gh200", profile: "gh200-1x", gpus: 1, arch: "arm64", seed: true}
-	sources = []source{h100, gh200}
+	h100  = source{name: "h100", profile: "h100-8x-2numa", devices: 8, gpuCount: "8", arch: "amd64"}
+	gh200 = source{name: "gh200", profile: "gh200-1x", devices: 1, gpuCount: "1", arch: "arm64", seed: true}
+	// 8 H100s in MIG mode, dynamic MIG: 8 whole GPUs and 25 MIG partitions of each.
+	h100MIG = source{name: "h100-mig", profile: "h100-8x-mig", dynamicMIG: true, devices: 208, gpuCount: "8", arch: "amd64"}
+	// Static MIG: gpu-0's 4 MIG devices (gpu-1 and gpu-2 are in MIG mode without any, so not
+	// published) and the whole gpu-3 and gpu-4.
+	staticMIG = source{name: "static-mig", profile: "mig-mixed", devices: 6, gpuCount: "2", arch: "amd64"}
+	sources   = []source{h100, gh200, h100MIG, staticMIG}
 )
 
 // claimCase is one pod's claim, the groups at zero it may land on (all carry the case's label),
@@ -91,7 +102,7 @@ var cases = []claimCase{
 	// fits; with the fix its devices have only type=gpu, so only a count fits.
 	{name: "one-gpu", class: framework.GPUDriver, count: 1, scales: map[string]string{"slicefix": "h100", "accel-dra": "h100"}},
 	// The pod selects amd64; an arm64 GH200 group beside its H100 group must stay at 0.
-	{name: "product-h100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName == "NVIDIA H100 80GB HBM3"`}, arch: "amd64", groups: sources, scales: map[string]string{"accel-dra": "h100"}},
+	{name: "product-h100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName == "NVIDIA H100 80GB HBM3"`}, arch: "amd64", groups: []source{h100, gh200}, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "memory-79gi", class: framework.GPUDriver, count: 1, selectors: []string{`device.capacity["gpu.accel-dra.io"].memory.compareTo(quantity("79Gi")) >= 0`}, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "numa-x4", class: framework.GPUDriver, count: 4, sameNUMA: true, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "any-x9", class: framework.GPUDriver, count: 9},
@@ -100,7 +111,16 @@ var cases = []claimCase{
 	// An amd64 H100 group and an arm64 GH200 group, both at zero, both with a GPU for the claim:
 	// only the pod's architecture tells them apart (the provider reads kubernetes.io/arch from
 	// the labels annotation, and defaults to amd64 without it).
-	{name: "arm64-one-gpu", class: framework.GPUDriver, count: 1, arch: "arm64", groups: sources, scales: map[string]string{"slicefix": "gh200", "accel-dra": "gh200"}},
+	{name: "arm64-one-gpu", class: framework.GPUDriver, count: 1, arch: "arm64", groups: []source{h100, gh200}, scales: map[string]string{"slicefix": "gh200", "accel-dra": "gh200"}},
+	// MIG nodes, with the chart's classes: gpu.accel-dra.io selects whole GPUs (type gpu). A
+	// stock autoscaler invents gpu-count devices with type=gpu, so gpu-count must count whole
+	// GPUs: with every device of the driver (208 and 6) slicefix scaled for 9 and 3 GPUs.
+	{name: "dynmig-x8", class: framework.GPUDriver, count: 8, groups: []source{h100MIG}, scales: map[string]string{"slicefix": "h100-mig", "accel-dra": "h100-mig"}},
+	{name: "dynmig-x9", class: framework.GPUDriver, count: 9, groups: []source{h100MIG}},
+	// Only the template has the partitions: slicefix's invented devices have no type=mig.
+	{name: "dynmig-1g", class: framework.MIGClass, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].profile == "1g.10gb"`}, groups: []source{h100MIG}, scales: map[string]string{"accel-dra": "h100-mig"}},
+	{name: "staticmig-x2", class: framework.GPUDriver, count: 2, groups: []source{staticMIG}, scales: map[string]string{"slicefix": "static-mig", "accel-dra": "static-mig"}},
+	{name: "staticmig-x3", class: framework.GPUDriver, count: 3, groups: []source{staticMIG}},
 }
 
 func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
@@ -140,9 +160,9 @@ type outcome struct {
 	reason      string
 }
 
-// TestAutoscalerScaleFromZero: the publisher writes the templates of a real H100 node and a real
-// (arm64) GH200 node; groups at zero with those templates get one pod per case; each autoscaler
-// build decides.
+// TestAutoscalerScaleFromZero: the publisher writes the templates of real nodes (an H100 node,
+// an 8×H100 dynamic-MIG node, a static-MIG node) and accelctl seeds an arm64 GH200 one; groups
+// at zero with those templates get one pod per case; each autoscaler build decides.
 func TestAutoscalerScaleFromZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -153,14 +173,14 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.EnsureDeviceClasses(ctx, c.Client()); err != nil {
+	if err := framework.EnsureChartDeviceClasses(ctx, c.Client()); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
 		t.Fatal(err)
 	}
 	templates := sourceAnnotations(ctx, t, c, cl)
-	t.Logf("templates of real %s and %s nodes published after %s", h100.profile, gh200.profile, time.Since(start).Round(time.Second))
+	t.Logf("templates of real nodes of %d sources published after %s", len(sources), time.Since(start).Round(time.Second))
 
 	var all []outcome
 	for _, build := range builds {
@@ -170,13 +190,13 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-13s %-14s %s\n", "build", "claim", "decision", "pending → decision")
+	fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", "build", "claim", "decision", "pending → decision")
 	for _, o := range all {
 		d := "stays 0"
 		if o.scaled != "" {
 			d = o.scaled + " 0 → 1"
 		}
-		fmt.Fprintf(&b, "%-10s %-13s %-14s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
+		fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
 	}
 	t.Logf("autoscaler decisions (scan interval 1s):\n%s", b.String())
 	t.Logf("wall time %s", time.Since(start).Round(time.Second))
@@ -251,6 +271,9 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 		if got := node.Labels[corev1.LabelArchStable]; got != src.arch {
 			t.Fatalf("%s template node: %s=%q, want %q (labels annotation %q)", src.name, corev1.LabelArchStable, got, src.arch, ann[nodegroup.LabelsKey])
 		}
+		if got := ann[nodegroup.GPUCountKey]; got != src.gpuCount {
+			t.Errorf("%s template: %s=%q, want %q (the node's whole GPUs of its %d devices)", src.name, nodegroup.GPUCountKey, got, src.gpuCount, src.devices)
+		}
 		out[src.name] = ann
 	}
 	// The groups under test must keep exactly these annotations.
@@ -267,10 +290,14 @@ func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: src.profile}); err != nil {
+	opts := framework.PluginOptions{Backend: "mock", Profile: src.profile}
+	if src.dynamicMIG {
+		opts.ExtraArgs = []string{"--dynamic-mig"}
+	}
+	if _, err := framework.StartPlugin(ctx, c, n, opts); err != nil {
 		return nil, err
 	}
-	slices, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.gpus)
+	slices, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.devices)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +362,10 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		"--namespace=" + podNS,
 		"--node-group-auto-discovery=clusterapi:namespace=" + framework.CAPINamespace,
 		"--scan-interval=1s",
-		"--kube-client-qps=50", "--kube-client-burst=100",
+		// The provider looks up the groups' infrastructure template kind, which this harness
+		// does not install, with uncached discovery requests, several per group and loop: at
+		// 50 QPS the client's rate limit alone made a loop of 18 groups take 10-14 s.
+		"--kube-client-qps=1000", "--kube-client-burst=2000",
 		"--leader-elect=false",
 		"--scale-down-enabled=false",
 		"--write-status-configmap=false",
@@ -416,6 +446,12 @@ func caseIndex(name string) int {
 	return -1
 }
 
+// decisionTimeout bounds the wait for one pod's decision. The autoscaler scales one group per
+// loop and says NotTriggerScaleUp only in a loop that scales none, so a pod that stays pending
+// is judged after every scale-up of its build (eight for accel-dra): 27 s on a loaded 2-core
+// machine, with room for a slower one.
+const decisionTimeout = 3 * time.Minute
+
 // decide creates the case's pod and waits for the autoscaler: one of the case's groups going to
 // spec.replicas 1, or (for a case that must not scale) two loops that say NotTriggerScaleUp for
 // the pod while every group stays at 0. groups are in the order of cc.sources().
@@ -431,7 +467,7 @@ func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build str
 	}
 	var pending time.Time
 	wantScale := cc.scales[build] != ""
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, decisionTimeout, true, func(ctx context.Context) (bool, error) {
 		if pending.IsZero() {
 			p, err := c.Client().CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -309,7 +310,8 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// DeviceClass is the class the chart installs for a driver: every device of that driver.
+// DeviceClass is the class the chart installs for a driver with migDeviceClass off: every
+// device of that driver. ChartDeviceClasses are those of the chart's defaults.
 func DeviceClass(driver string) *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: driver},
@@ -324,6 +326,46 @@ func EnsureDeviceClasses(ctx context.Context, client kubernetes.Interface) error
 	for _, d := range []string{GPUDriver, NPUDriver} {
 		_, err := client.ResourceV1().DeviceClasses().Create(ctx, DeviceClass(d), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// MIGClass is the chart's default name of the GPU driver's class of MIG devices.
+const MIGClass = "mig.gpu.accel-dra.io"
+
+// ChartDeviceClasses renders the DeviceClasses the chart installs with its default values and
+// both drivers enabled: with migDeviceClass on (the default), the GPU driver's class selects
+// whole GPUs (type gpu) and MIGClass its MIG devices; the NPU driver's selects every device.
+// Rendered rather than written out here, so that a test on MIG nodes claims what a user's
+// class would.
+func ChartDeviceClasses() ([]*resourceapi.DeviceClass, error) {
+	r, err := helm.Render(helm.Options{Values: map[string]any{
+		"drivers": map[string]any{"gpu": map[string]any{"enabled": true}, "npu": map[string]any{"enabled": true}},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("chart DeviceClasses: %w", err)
+	}
+	var out []*resourceapi.DeviceClass
+	for _, u := range r.OfKind("DeviceClass") {
+		dc := &resourceapi.DeviceClass{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, dc); err != nil {
+			return nil, fmt.Errorf("chart DeviceClass %s: %w", u.GetName(), err)
+		}
+		out = append(out, dc)
+	}
+	return out, nil
+}
+
+// EnsureChartDeviceClasses creates ChartDeviceClasses (instead of EnsureDeviceClasses).
+func EnsureChartDeviceClasses(ctx context.Context, client kubernetes.Interface) error {
+	classes, err := ChartDeviceClasses()
+	if err != nil {
+		return err
+	}
+	for _, dc := range classes {
+		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
