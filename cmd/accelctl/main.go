@@ -18,6 +18,7 @@ func main() {
 	cmd := accelctl.NewCommand(accelctl.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, nil)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "accelctl:", err)
-		os.Exit(1)
+		// simulate's exit code says whether the claims fit (see accelctl simulate --help).
+		os.Exit(accelctl.ExitCode(err))
 	}
 }

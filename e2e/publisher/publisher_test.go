@@ -5,8 +5,10 @@ package publisher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -266,9 +268,20 @@ func TestPublisher(t *testing.T) {
 			if err := os.WriteFile(file, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
+			// simulate's exit code follows the template's verdict: 0 fits, 2 does not fit.
 			out, err := runAccelctl(ctx, c, "simulate", "-n", framework.CAPINamespace, "--node-group", groupName, "-f", file, "-o", "json")
-			if err != nil {
+			wantCode := accelctl.ExitFits
+			if !onNode[cc.name] {
+				wantCode = accelctl.ExitNotFit
+			}
+			code := 0
+			if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
+				code = exit.ExitCode()
+			} else if err != nil {
 				t.Fatal(err)
+			}
+			if code != wantCode {
+				t.Errorf("%s: simulate exited %d, want %d (real node: %v): %v", cc.name, code, wantCode, onNode[cc.name], err)
 			}
 			var rep accelctl.Report
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {

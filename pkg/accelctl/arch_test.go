@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/template"
@@ -116,13 +117,17 @@ spec:
 			annFile := write(tc.group+".json", string(annJSON))
 			podFile := write("pod.yaml", strings.Replace(tc.file, "nodeSelector:\n    {}", "nodeSelector: {}", 1))
 			var out bytes.Buffer
-			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(string) (Cluster, string, error) {
+			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (Cluster, string, error) {
 				t.Fatal("the offline simulation connected to a cluster")
 				return nil, "", nil
 			})
 			cmd.SetArgs([]string{"simulate", "--annotations", annFile, "--device-classes", classes, "-f", podFile, "-o", "json"})
-			if err := cmd.Execute(); err != nil {
-				t.Fatalf("%v\n%s", err, out.String())
+			want := ExitFits
+			if !tc.fits {
+				want = ExitNotFit
+			}
+			if err := cmd.Execute(); ExitCode(err) != want {
+				t.Fatalf("exit code %d (%v), want %d\n%s", ExitCode(err), err, want, out.String())
 			}
 			var rep Report
 			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {

@@ -31,6 +31,8 @@ type Cluster interface {
 	// GetGroup finds a node group by reference: "<name>" (a MachineDeployment, else a
 	// MachineSet), "machinedeployment/<name>" or "machineset/<name>" (also md/, ms/).
 	GetGroup(ctx context.Context, namespace, ref string) (*Group, error)
+	// ListGroups lists the MachineDeployments and MachineSets of a namespace ("" for all).
+	ListGroups(ctx context.Context, namespace string) ([]*Group, error)
 	DeviceClasses(ctx context.Context) ([]*resourceapi.DeviceClass, error)
 	// ApplyAnnotations sets annotations on the group with server-side apply.
 	ApplyAnnotations(ctx context.Context, g *Group, ann map[string]string) error
@@ -70,6 +72,21 @@ func (a apiCluster) GetGroup(ctx context.Context, namespace, ref string) (*Group
 		return &Group{Kind: kind, Namespace: namespace, Name: name, UID: obj.UID, Annotations: obj.Annotations}, nil
 	}
 	return nil, fmt.Errorf("no %s %s/%s", strings.Join(kinds, " or "), namespace, name)
+}
+
+func (a apiCluster) ListGroups(ctx context.Context, namespace string) ([]*Group, error) {
+	var out []*Group
+	for _, kind := range []string{"MachineDeployment", "MachineSet"} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(clusterv1.GroupVersion.WithKind(kind + "List"))
+		if err := a.c.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			return nil, fmt.Errorf("listing %ss: %w", kind, err)
+		}
+		for _, o := range list.Items {
+			out = append(out, &Group{Kind: kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID, Annotations: o.Annotations})
+		}
+	}
+	return out, nil
 }
 
 func (a apiCluster) DeviceClasses(ctx context.Context) ([]*resourceapi.DeviceClass, error) {

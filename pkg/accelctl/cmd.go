@@ -11,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -30,16 +32,22 @@ type IOStreams struct {
 
 // rootOptions are the flags every command shares.
 type rootOptions struct {
-	kubeconfig string
-	namespace  string
+	// flags are kubectl's connection flags (--kubeconfig, --context, --cluster, --user,
+	// --namespace/-n, --request-timeout, ...): the publisher's management mode spans two
+	// clusters, and people switch between them as they do with kubectl.
+	flags *genericclioptions.ConfigFlags
 	// newCluster connects to the API server; tests replace it.
-	newCluster func(kubeconfig string) (Cluster, string, error)
+	newCluster Connect
 }
 
+// Connect returns a Cluster for the connection flags and the namespace they select (--namespace,
+// else the kubeconfig context's, else "default").
+type Connect func(genericclioptions.RESTClientGetter) (Cluster, string, error)
+
 // NewCommand returns the accelctl command tree. newCluster may be nil (connect with the
-// kubeconfig flag, $KUBECONFIG or in-cluster configuration).
-func NewCommand(streams IOStreams, newCluster func(kubeconfig string) (Cluster, string, error)) *cobra.Command {
-	o := &rootOptions{newCluster: newCluster}
+// connection flags, $KUBECONFIG or in-cluster configuration).
+func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
+	o := &rootOptions{newCluster: newCluster, flags: genericclioptions.NewConfigFlags(false)}
 	if o.newCluster == nil {
 		o.newCluster = connect
 	}
@@ -52,26 +60,31 @@ func NewCommand(streams IOStreams, newCluster func(kubeconfig string) (Cluster, 
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.PersistentFlags().StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster).")
-	root.PersistentFlags().StringVarP(&o.namespace, "namespace", "n", "", "Namespace of the node group (default: the kubeconfig context's).")
+	o.flags.AddFlags(root.PersistentFlags())
 
 	tmpl := &cobra.Command{Use: "template", Short: "Node group templates on MachineDeployments and MachineSets"}
-	tmpl.AddCommand(newShowCommand(o, streams), newSeedCommand(o, streams))
-	root.AddCommand(tmpl, newSimulateCommand(o, streams))
+	tmpl.AddCommand(newShowCommand(o, streams), newListCommand(o, streams), newSeedCommand(o, streams))
+	root.AddCommand(tmpl, newSimulateCommand(o, streams), newVersionCommand(streams))
 	return root
 }
 
-// connect builds a Cluster from the kubeconfig and returns the context's namespace.
-func connect(kubeconfig string) (Cluster, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	cfg, err := cc.ClientConfig()
+// RESTConfig is the client configuration the connection flags select, and their namespace.
+func RESTConfig(flags genericclioptions.RESTClientGetter) (*rest.Config, string, error) {
+	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("API client configuration: %w", err)
 	}
 	cfg.UserAgent = "accelctl"
-	ns, _, err := cc.Namespace()
+	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("namespace: %w", err)
+	}
+	return cfg, ns, nil
+}
+
+// connect builds a Cluster from the connection flags.
+func connect(flags genericclioptions.RESTClientGetter) (Cluster, string, error) {
+	cfg, ns, err := RESTConfig(flags)
 	if err != nil {
 		return nil, "", err
 	}
@@ -83,15 +96,12 @@ func connect(kubeconfig string) (Cluster, string, error) {
 }
 
 func (o *rootOptions) cluster() (Cluster, string, error) {
-	c, ns, err := o.newCluster(o.kubeconfig)
+	c, ns, err := o.newCluster(o.flags)
 	if err != nil {
 		return nil, "", err
 	}
-	if o.namespace != "" {
-		ns = o.namespace
-	}
 	if ns == "" {
-		ns = "default"
+		ns = metav1.NamespaceDefault
 	}
 	return c, ns, nil
 }
@@ -106,10 +116,13 @@ the ResourceSlices an autoscaler would give a new node of the group, preceded by
 capacity.cluster-autoscaler.kubernetes.io keys as comments. GROUP is <name>,
 machinedeployment/<name> or machineset/<name>.
 
-Output formats: yaml (default), json (a list of ResourceSlices), template (the template
+Output formats: yaml (default), json (a List of ResourceSlices), template (the template
 document, usable as "template:" of a NodeGroupSeed), annotations (all the group's publisher keys).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "yaml", "json", "template", "annotations"); err != nil {
+				return err
+			}
 			c, ns, err := o.cluster()
 			if err != nil {
 				return err
@@ -158,12 +171,10 @@ func Show(w io.Writer, g *Group, output, nodeName string) error {
 	}
 	switch output {
 	case "json":
-		b, err := json.MarshalIndent(slices, "", "  ")
-		if err != nil {
-			return err
+		for _, s := range slices {
+			s.TypeMeta = metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"}
 		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeObject(w, "json", newList(slices))
 	case "yaml":
 		fmt.Fprintf(w, "# %s: template %s, source %s\n", g, g.Annotations[template.HashAnnotation], orUnknown(g.Annotations[nodegroup.SourceAnnotation]))
 		for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey, nodegroup.TaintsKey, nodegroup.DRADriverKey, nodegroup.GPUCountKey} {
@@ -247,8 +258,8 @@ group has nodes. A group whose template came from its own nodes is refused unles
 }
 
 func newSimulateCommand(o *rootOptions, streams IOStreams) *cobra.Command {
-	var group, file, classesFile, annotationsFile, output string
-	output = "text"
+	var group, file, classesFile, annotationsFile, output, verdict string
+	output, verdict = "text", "template"
 	timeout := DefaultTimeout
 	cmd := &cobra.Command{
 		Use:   "simulate --node-group GROUP -f CLAIMS",
@@ -268,25 +279,38 @@ annotations from a file (a MachineDeployment, or a map) instead of the cluster.
 
 Each allocation is bounded by --timeout, as kube-scheduler bounds its DRA filter (10s by
 default): a search that takes longer is reported UNDECIDED, which is what the scheduler and the
-autoscaler do with it too (no placement, no scale-up), never a hang.`,
+autoscaler do with it too (no placement, no scale-up), never a hang.
+
+The exit code follows one verdict, --verdict: template (the accel-dra template's, the default)
+or builtin (the autoscaler's built-in template with the slice-count fix):
+  0  the claims fit a new node of the group
+  1  accelctl failed (bad flags or files, no cluster, no such group)
+  2  the claims do not fit (also when the group has no such template, or the allocator
+     reports an error for the node, as the scheduler then rejects it)
+  3  undecided: the allocation ran past --timeout
+The report is printed in every case but 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output, timeout)
+			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output, verdict, timeout)
 		},
 	}
 	cmd.Flags().StringVar(&group, "node-group", "", "Node group: <name>, machinedeployment/<name> or machineset/<name>.")
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "File with the claims (- for standard input).")
 	cmd.Flags().StringVar(&classesFile, "device-classes", "", "File with DeviceClasses to use instead of the cluster's.")
 	cmd.Flags().StringVar(&annotationsFile, "annotations", "", "File with the group's annotations to use instead of the cluster's.")
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: text or json.")
+	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: text, json or yaml.")
+	cmd.Flags().StringVar(&verdict, "verdict", verdict, "Verdict that decides the exit code: template or builtin.")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "Bound of each allocation (kube-scheduler's DRA filter timeout); past it the verdict is UNDECIDED.")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
 
-func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile, output string, timeout time.Duration) error {
-	if output != "text" && output != "json" {
-		return fmt.Errorf("unknown output format %q", output)
+func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile, output, verdict string, timeout time.Duration) error {
+	if err := checkOutput(output, "text", "json", "yaml"); err != nil {
+		return err
+	}
+	if verdict != "template" && verdict != "builtin" {
+		return fmt.Errorf("unknown verdict %q (want template or builtin)", verdict)
 	}
 	if timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, not %v", timeout)
@@ -350,15 +374,31 @@ func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, 
 	if err != nil {
 		return err
 	}
-	if output == "json" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(streams.Out, "%s\n", b)
+	if output == "text" {
+		err = rep.WriteText(streams.Out)
+	} else {
+		err = writeObject(streams.Out, output, rep)
+	}
+	if err != nil {
 		return err
 	}
-	return rep.WriteText(streams.Out)
+	return rep.outcome(verdict)
+}
+
+// outcome is the exit status of a report by one of its verdicts: nil when the claims fit.
+func (r *Report) outcome(verdict string) error {
+	v, name := r.Template, "the accel-dra template"
+	if verdict == "builtin" {
+		v, name = r.Builtin, "the autoscaler's built-in template"
+	}
+	switch {
+	case v.Fits:
+		return nil
+	case v.Undecided:
+		return &exitError{ExitUndecided, fmt.Sprintf("%s: undecided on %s (allocation timed out)", r.Group, name)}
+	default:
+		return &exitError{ExitNotFit, fmt.Sprintf("%s: the claims do not fit a new node by %s", r.Group, name)}
+	}
 }
 
 // mergeClasses returns base with the classes of extra added or replacing those of the same name.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
 	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
@@ -89,6 +90,16 @@ func (f *fakeCluster) GetGroup(_ context.Context, ns, ref string) (*Group, error
 	return g, nil
 }
 
+func (f *fakeCluster) ListGroups(_ context.Context, ns string) ([]*Group, error) {
+	var out []*Group
+	for _, g := range f.groups {
+		if ns == "" || g.Namespace == ns {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeCluster) DeviceClasses(context.Context) ([]*resourceapi.DeviceClass, error) {
 	return f.classes, nil
 }
@@ -101,7 +112,7 @@ func (f *fakeCluster) ApplyAnnotations(_ context.Context, g *Group, ann map[stri
 func run(t *testing.T, f *fakeCluster, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(string) (Cluster, string, error) { return f, "clusters", nil })
+	cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (Cluster, string, error) { return f, "clusters", nil })
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), err
