@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -304,6 +305,31 @@ func TestPublisher(t *testing.T) {
 		}
 		if !strings.Contains(out, "NVIDIA H100 80GB HBM3") || !strings.Contains(out, "nodeName: "+accelctl.TemplateNodeName) || strings.Count(out, "  name: gpu-") != 8 {
 			t.Errorf("accelctl template show:\n%s", out)
+		}
+	})
+
+	// template list reads the groups from the real apiserver as metadata only.
+	t.Run("TemplateList", func(t *testing.T) {
+		out, err := runAccelctl(ctx, c, "template", "list", "-A", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := strings.Split(strings.TrimSpace(out), "\n")
+		if !slices.Contains(names, "machinedeployment/"+groupName) || !slices.Contains(names, "machinedeployment/gpu-seeded") {
+			t.Errorf("template list -A -o name lacks %s or gpu-seeded:\n%s", groupName, out)
+		}
+		out, err = runAccelctl(ctx, c, "template", "list", "-n", framework.CAPINamespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[1] == groupName {
+				row = strings.Join(f, " ")
+			}
+		}
+		if !strings.HasPrefix(row, "MachineDeployment "+groupName+" nodes "+framework.GPUDriver+"=8 8 ") {
+			t.Errorf("template list row of %s is %q:\n%s", groupName, row, out)
 		}
 	})
 
