@@ -249,10 +249,10 @@ func TestUpdateStrategy(t *testing.T) {
 			values: mergeValues(strategy(map[string]any{"maxSurge": "10%"}), map[string]any{"plugin": map[string]any{"rollingUpdateWithSurge": false}}),
 			err:    "plugin.rollingUpdateWithSurge is false",
 		},
-		{name: "over 100%", values: strategy(map[string]any{"maxSurge": "150%"}), err: "maxSurge"},
-		{name: "negative", values: strategy(map[string]any{"maxUnavailable": -1}), err: "maxUnavailable"},
-		{name: "not a number", values: strategy(map[string]any{"maxSurge": "ten"}), err: "maxSurge"},
-		{name: "unknown key", values: strategy(map[string]any{"partition": 1}), err: "partition"},
+		{name: "over 100%", values: strategy(map[string]any{"maxSurge": "150%"}), err: "/updateStrategy/maxSurge"},
+		{name: "negative", values: strategy(map[string]any{"maxUnavailable": -1}), err: "/updateStrategy/maxUnavailable"},
+		{name: "not a number", values: strategy(map[string]any{"maxSurge": "ten"}), err: "/updateStrategy/maxSurge"},
+		{name: "unknown key", values: strategy(map[string]any{"partition": 1}), err: "'partition' not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.err != "" {
@@ -289,8 +289,8 @@ func TestNodeAffinityLabelsSchema(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := render(Options{Values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nodeAffinityLabels": []any{label}}}}})
-			if err == nil || !strings.Contains(err.Error(), "nodeAffinityLabels") {
-				t.Fatalf("error %v, want one naming nodeAffinityLabels", err)
+			if err == nil || !strings.Contains(err.Error(), "/drivers/gpu/nodeAffinityLabels/0") {
+				t.Fatalf("error %v, want one about the label at /drivers/gpu/nodeAffinityLabels/0", err)
 			}
 		})
 	}
