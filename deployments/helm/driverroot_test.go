@@ -48,7 +48,7 @@ func TestDriverRootFollowsTheHost(t *testing.T) {
 }
 
 func driverRootFollowsTheHost(t *testing.T, vals map[string]any, driverRoot, mockDriverRoot string) {
-	r, err := Render(Options{Values: vals})
+	r, err := render(Options{Values: vals})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestHealthValues(t *testing.T) {
 			if tc.health != nil {
 				values = map[string]any{"plugin": map[string]any{"health": tc.health}}
 			}
-			args, err := PluginArgs(values, "gpu.accel-dra.io", map[string]string{"node-name": "n1"})
+			args, err := pluginArgs(values, "gpu.accel-dra.io", map[string]string{"node-name": "n1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +55,7 @@ func TestHealthValues(t *testing.T) {
 		})
 	}
 	for _, on := range []bool{true, false} {
-		args, err := PluginArgs(map[string]any{"plugin": map[string]any{"deviceMetadata": on}}, "gpu.accel-dra.io", nil)
+		args, err := pluginArgs(map[string]any{"plugin": map[string]any{"deviceMetadata": on}}, "gpu.accel-dra.io", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestHealthValues(t *testing.T) {
 		"negative xid":  {"ignoredXIDs": []any{-1}},
 	} {
 		t.Run("refuses "+name, func(t *testing.T) {
-			if _, err := Render(Options{Values: map[string]any{"plugin": map[string]any{"health": h}}}); err == nil {
+			if _, err := render(Options{Values: map[string]any{"plugin": map[string]any{"health": h}}}); err == nil {
 				t.Errorf("health values %v rendered, want a schema error", h)
 			}
 		})

@@ -13,7 +13,7 @@ import (
 // TestSharingValues: the chart's sharing values reach the plugin as its flags.
 func TestSharingValues(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": on}}}, "gpu.accel-dra.io", nil)
+		args, err := pluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": on}}}, "gpu.accel-dra.io", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,7 +25,7 @@ func TestSharingValues(t *testing.T) {
 			t.Errorf("sharing.consumableMemory %v: plugin option %v (args %q)", on, o.ConsumableMemory, args)
 		}
 	}
-	args, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"nvidiaSMIPath": "/opt/nvidia/bin/nvidia-smi", "nvidiaMPSControlPath": "/opt/nvidia/bin/nvidia-cuda-mps-control"}}}, "gpu.accel-dra.io", nil)
+	args, err := pluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"nvidiaSMIPath": "/opt/nvidia/bin/nvidia-smi", "nvidiaMPSControlPath": "/opt/nvidia/bin/nvidia-cuda-mps-control"}}}, "gpu.accel-dra.io", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,10 +36,10 @@ func TestSharingValues(t *testing.T) {
 	if o.NVIDIASMIPath != "/opt/nvidia/bin/nvidia-smi" || o.NVIDIAMPSControlPath != "/opt/nvidia/bin/nvidia-cuda-mps-control" {
 		t.Errorf("sharing paths: plugin options %q %q (args %q)", o.NVIDIASMIPath, o.NVIDIAMPSControlPath, args)
 	}
-	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
+	if _, err := pluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"consumableMemory": "yes"}}}, "gpu.accel-dra.io", nil); err == nil {
 		t.Error("a non-boolean sharing.consumableMemory passed the schema")
 	}
-	if _, err := PluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "thread"}}}, "gpu.accel-dra.io", nil); err == nil {
+	if _, err := pluginArgs(map[string]any{"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "thread"}}}, "gpu.accel-dra.io", nil); err == nil {
 		t.Error("sharing.mpsDaemons thread passed the schema")
 	}
 }
@@ -57,7 +57,7 @@ func TestMPSDaemonValues(t *testing.T) {
 		"process": {map[string]any{"plugin": map[string]any{"sharing": map[string]any{"mpsDaemons": "process"}}}, "process", "", "", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			args, err := PluginArgs(tc.values, "gpu.accel-dra.io", nil)
+			args, err := pluginArgs(tc.values, "gpu.accel-dra.io", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,7 +72,7 @@ func TestMPSDaemonValues(t *testing.T) {
 			}
 		})
 	}
-	args, err := PluginArgs(map[string]any{"drivers": map[string]any{"npu": map[string]any{"enabled": true}}}, "npu.accel-dra.io", nil)
+	args, err := pluginArgs(map[string]any{"drivers": map[string]any{"npu": map[string]any{"enabled": true}}}, "npu.accel-dra.io", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestSharingMountPropagation(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			values := map[string]any{"drivers": map[string]any{"npu": map[string]any{"enabled": true}}}
 			maps.Copy(values, tc.values)
-			r, err := Render(Options{Values: values})
+			r, err := render(Options{Values: values})
 			if err != nil {
 				t.Fatal(err)
 			}

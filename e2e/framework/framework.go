@@ -342,7 +342,9 @@ const MIGClass = "mig.gpu.accel-dra.io"
 // class would.
 func ChartDeviceClasses() ([]*resourceapi.DeviceClass, error) {
 	r, err := helm.Render(helm.Options{Values: map[string]any{
-		"drivers": map[string]any{"gpu": map[string]any{"enabled": true}, "npu": map[string]any{"enabled": true}},
+		// The nvml backend renders only once told that no NVIDIA device plugin runs beside it;
+		// the DeviceClasses do not depend on that.
+		"drivers": map[string]any{"gpu": map[string]any{"enabled": true, "nvidiaDevicePluginDisabled": true}, "npu": map[string]any{"enabled": true}},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("chart DeviceClasses: %w", err)

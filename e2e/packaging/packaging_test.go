@@ -65,8 +65,8 @@ var valueSets = []struct {
 	file   string
 	values map[string]any
 }{
-	{name: "default"},
-	{name: "gpu-operator", values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"}}}},
+	{name: "default", values: devicePluginOff},
+	{name: "gpu-operator", values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver", "nvidiaDevicePluginDisabled": true}}}},
 	{name: "mock-flag", values: map[string]any{"mock": map[string]any{"enabled": true}}},
 	{name: "mock-file", file: "values-mock.yaml"},
 	{name: "npu", values: map[string]any{"drivers": map[string]any{
@@ -75,12 +75,17 @@ var valueSets = []struct {
 	{name: "no-surge-extended-resource", values: map[string]any{
 		"plugin": map[string]any{"rollingUpdateWithSurge": false},
 		"drivers": map[string]any{"gpu": map[string]any{
-			"deviceClass": map[string]any{"extendedResourceName": "accel-dra.io/gpu"},
+			"deviceClass":                map[string]any{"extendedResourceName": "accel-dra.io/gpu"},
+			"nvidiaDevicePluginDisabled": true,
 		}},
 	}},
 	{name: "publisher", file: "values-mock.yaml", values: map[string]any{"publisher": map[string]any{"enabled": true}}},
-	{name: "publisher-watch-namespace", values: map[string]any{"publisher": map[string]any{"enabled": true, "watchNamespace": capiNamespace}}},
+	{name: "publisher-watch-namespace", values: merge(devicePluginOff, map[string]any{"publisher": map[string]any{"enabled": true, "watchNamespace": capiNamespace}})},
 }
+
+// devicePluginOff states what the chart requires of the nvml backend: no NVIDIA device plugin
+// on its nodes.
+var devicePluginOff = map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDevicePluginDisabled": true}}}
 
 func userValues(t *testing.T, file string, set map[string]any) map[string]any {
 	t.Helper()

@@ -129,3 +129,59 @@ CEL list; its write-scope admission policy allows changes of these only.
   "template.accel-dra.io/source"
   | toJson }}
 {{- end }}
+
+{{/*
+A driver's plugin pod affinity, as YAML ("" for none); same arguments as backend. The driver's
+affinity, else plugin.affinity; unless mock devices or a nodeSelector choose the nodes, or that
+affinity has a nodeAffinity of its own, a required node affinity with one term per entry of
+nodeAffinityLabels: the terms are ORed, so a node carrying any of the labels is selected.
+*/}}
+{{- define "accel-dra.pluginAffinity" -}}
+{{- $affinity := deepCopy (default .root.Values.plugin.affinity .driver.affinity | default dict) }}
+{{- $labels := dig "nodeAffinityLabels" list .driver }}
+{{- if and (not .root.Values.mock.enabled) (not .driver.nodeSelector) (not (hasKey $affinity "nodeAffinity")) $labels }}
+{{- $terms := list }}
+{{- range $labels }}
+{{- $expr := dict "key" .key "operator" "Exists" }}
+{{- with (dig "values" list .) }}
+{{- $expr = dict "key" $expr.key "operator" "In" "values" . }}
+{{- end }}
+{{- $terms = append $terms (dict "matchExpressions" (list $expr)) }}
+{{- end }}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) }}
+{{- end }}
+{{- with $affinity }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/*
+A driver's DaemonSet rollingUpdate, as YAML; same arguments as backend. Fails on numbers
+Kubernetes or the plugin cannot take.
+*/}}
+{{- define "accel-dra.rollingUpdate" -}}
+{{- $given := dig "updateStrategy" dict .driver | default dict }}
+{{- $withSurge := .root.Values.plugin.rollingUpdateWithSurge }}
+{{- $where := printf "drivers.%s.updateStrategy" .key }}
+{{- $surge := ternary 1 0 $withSurge }}
+{{- if hasKey $given "maxSurge" }}
+{{- $surge = $given.maxSurge }}
+{{- else if and (hasKey $given "maxUnavailable") (not (has (toString $given.maxUnavailable) (list "0" "0%"))) }}
+{{- $surge = 0 }}
+{{- end }}
+{{- $surging := not (has (toString $surge) (list "0" "0%")) }}
+{{- $unavailable := ternary 0 1 $surging }}
+{{- if hasKey $given "maxUnavailable" }}
+{{- $unavailable = $given.maxUnavailable }}
+{{- end }}
+{{- $unavailing := not (has (toString $unavailable) (list "0" "0%")) }}
+{{- if and $surging (not $withSurge) }}
+{{- fail (printf "%s.maxSurge is %v, but plugin.rollingUpdateWithSurge is false: two plugin pods on one node need the kubelet's plugin rolling update (--pod-uid); set maxSurge to 0" $where $surge) }}
+{{- end }}
+{{- if and $surging $unavailing }}
+{{- fail (printf "%s: maxSurge %v and maxUnavailable %v are both non-zero; Kubernetes allows only one (with surge, set maxUnavailable to 0)" $where $surge $unavailable) }}
+{{- end }}
+{{- if and (not $surging) (not $unavailing) }}
+{{- fail (printf "%s: maxSurge and maxUnavailable are both 0; the DaemonSet would never update (set one of them)" $where) }}
+{{- end }}
+maxSurge: {{ ternary ($surge | quote) ($surge | int | toString) (kindIs "string" $surge) }}
+maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString) (kindIs "string" $unavailable) }}
+{{- end }}
