@@ -13,7 +13,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/template"
@@ -117,7 +116,7 @@ spec:
 			annFile := write(tc.group+".json", string(annJSON))
 			podFile := write("pod.yaml", strings.Replace(tc.file, "nodeSelector:\n    {}", "nodeSelector: {}", 1))
 			var out bytes.Buffer
-			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (Cluster, string, error) {
+			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(ClientGetter) (Cluster, string, error) {
 				t.Fatal("the offline simulation connected to a cluster")
 				return nil, "", nil
 			})

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,19 +34,19 @@ type rootOptions struct {
 	// flags are kubectl's connection flags (--kubeconfig, --context, --cluster, --user,
 	// --namespace/-n, --request-timeout, ...): the publisher's management mode spans two
 	// clusters, and people switch between them as they do with kubectl.
-	flags *genericclioptions.ConfigFlags
+	flags *ConnectionFlags
 	// newCluster connects to the API server; tests replace it.
 	newCluster Connect
 }
 
 // Connect returns a Cluster for the connection flags and the namespace they select (--namespace,
 // else the kubeconfig context's, else "default").
-type Connect func(genericclioptions.RESTClientGetter) (Cluster, string, error)
+type Connect func(ClientGetter) (Cluster, string, error)
 
 // NewCommand returns the accelctl command tree. newCluster may be nil (connect with the
 // connection flags, $KUBECONFIG or in-cluster configuration).
 func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
-	o := &rootOptions{newCluster: newCluster, flags: genericclioptions.NewConfigFlags(false)}
+	o := &rootOptions{newCluster: newCluster, flags: NewConnectionFlags()}
 	if o.newCluster == nil {
 		o.newCluster = connect
 	}
@@ -69,7 +68,7 @@ func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
 }
 
 // RESTConfig is the client configuration the connection flags select, and their namespace.
-func RESTConfig(flags genericclioptions.RESTClientGetter) (*rest.Config, string, error) {
+func RESTConfig(flags ClientGetter) (*rest.Config, string, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("API client configuration: %w", err)
@@ -83,7 +82,7 @@ func RESTConfig(flags genericclioptions.RESTClientGetter) (*rest.Config, string,
 }
 
 // connect builds a Cluster from the connection flags.
-func connect(flags genericclioptions.RESTClientGetter) (Cluster, string, error) {
+func connect(flags ClientGetter) (Cluster, string, error) {
 	cfg, ns, err := RESTConfig(flags)
 	if err != nil {
 		return nil, "", err

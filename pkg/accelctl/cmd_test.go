@@ -13,7 +13,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -77,7 +76,7 @@ func TestConnectionFlags(t *testing.T) {
 			var cfg *rest.Config
 			var ns string
 			var out bytes.Buffer
-			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(flags genericclioptions.RESTClientGetter) (Cluster, string, error) {
+			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(flags ClientGetter) (Cluster, string, error) {
 				var err error
 				if cfg, ns, err = RESTConfig(flags); err != nil {
 					return nil, "", err
@@ -190,7 +189,7 @@ func TestTemplateList(t *testing.T) {
 	}
 	t.Run("unknown output", func(t *testing.T) {
 		var out bytes.Buffer
-		cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (Cluster, string, error) {
+		cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(ClientGetter) (Cluster, string, error) {
 			t.Error("connected before checking -o")
 			return f, "clusters", nil
 		})

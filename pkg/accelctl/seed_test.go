@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
 	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
@@ -112,7 +111,7 @@ func (f *fakeCluster) ApplyAnnotations(_ context.Context, g *Group, ann map[stri
 func run(t *testing.T, f *fakeCluster, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (Cluster, string, error) { return f, "clusters", nil })
+	cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(ClientGetter) (Cluster, string, error) { return f, "clusters", nil })
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), err
