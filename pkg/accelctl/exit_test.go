@@ -5,23 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	resourceapi "k8s.io/api/resource/v1"
-
-	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 )
 
 // TestSimulateExitCode: simulate is scriptable in CI; its exit code says whether the claims fit
 // the verdict --verdict chooses (the accel-dra template's by default).
 func TestSimulateExitCode(t *testing.T) {
-	h100 := h100Annotations(t)
-	f := &fakeCluster{
-		groups: map[string]*Group{
-			"clusters/gpu":   {Kind: "MachineDeployment", Namespace: "clusters", Name: "gpu", Annotations: with(h100, nodegroup.SourceAnnotation, nodegroup.SourceNodes)},
-			"clusters/empty": {Kind: "MachineDeployment", Namespace: "clusters", Name: "empty"},
-		},
-		classes: []*resourceapi.DeviceClass{gpuClass()},
-	}
+	f := gpuAndEmptyCluster(t)
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)

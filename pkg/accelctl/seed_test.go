@@ -118,14 +118,7 @@ func run(t *testing.T, f *fakeCluster, args ...string) (string, error) {
 }
 
 func TestCommands(t *testing.T) {
-	h100 := h100Annotations(t)
-	f := &fakeCluster{
-		groups: map[string]*Group{
-			"clusters/gpu":   {Kind: "MachineDeployment", Namespace: "clusters", Name: "gpu", Annotations: with(h100, nodegroup.SourceAnnotation, nodegroup.SourceNodes)},
-			"clusters/empty": {Kind: "MachineDeployment", Namespace: "clusters", Name: "empty"},
-		},
-		classes: []*resourceapi.DeviceClass{gpuClass()},
-	}
+	f := gpuAndEmptyCluster(t)
 
 	out, err := run(t, f, "template", "show", "gpu")
 	if err != nil {
@@ -185,4 +178,17 @@ func with(m map[string]string, kv ...string) map[string]string {
 		out[kv[i]] = kv[i+1]
 	}
 	return out
+}
+
+// gpuAndEmptyCluster has a group "gpu" with the publisher's template of an H100 node and a group
+// "empty" without annotations, in namespace clusters, and the GPU class.
+func gpuAndEmptyCluster(t *testing.T) *fakeCluster {
+	t.Helper()
+	return &fakeCluster{
+		groups: map[string]*Group{
+			"clusters/gpu":   {Kind: "MachineDeployment", Namespace: "clusters", Name: "gpu", Annotations: with(h100Annotations(t), nodegroup.SourceAnnotation, nodegroup.SourceNodes)},
+			"clusters/empty": {Kind: "MachineDeployment", Namespace: "clusters", Name: "empty"},
+		},
+		classes: []*resourceapi.DeviceClass{gpuClass()},
+	}
 }
