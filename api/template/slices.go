@@ -34,6 +34,17 @@ const nodeSuffixLength = 9
 // nodeName. Within the node the mapping is one to one, so devices that shared a value share one.
 // Integer placeholders are kept.
 func (t *Template) ResourceSlices(nodeName string) ([]*resourceapi.ResourceSlice, error) {
+	return t.resourceSlices(nodeName, true)
+}
+
+// ResourceSlicesVerbatim is ResourceSlices without making identity attribute values specific
+// to the node: every value is the template's, as for a copy of a real node's slices. It is what
+// the publisher writes into the Cluster Autoscaler's own key, whose reader rewrites no values.
+func (t *Template) ResourceSlicesVerbatim(nodeName string) ([]*resourceapi.ResourceSlice, error) {
+	return t.resourceSlices(nodeName, false)
+}
+
+func (t *Template) resourceSlices(nodeName string, perNode bool) ([]*resourceapi.ResourceSlice, error) {
 	if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
 		return nil, fmt.Errorf("node name %q: %s", nodeName, strings.Join(msgs, "; "))
 	}
@@ -67,7 +78,9 @@ func (t *Template) ResourceSlices(nodeName string) ([]*resourceapi.ResourceSlice
 			parts = append(parts, part{spec: resourceapi.ResourceSliceSpec{SharedCounters: d.SharedCounters[start:end:end]}})
 		}
 		for j := range d.Devices {
-			materialize(d.Name, &d.Devices[j], identity, nodeHash)
+			if perNode {
+				materialize(d.Name, &d.Devices[j], identity, nodeHash)
+			}
 		}
 		for _, chunk := range splitDevices(d.Devices) {
 			p := part{spec: resourceapi.ResourceSliceSpec{Devices: chunk}, extras: map[string]any{}}

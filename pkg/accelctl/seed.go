@@ -59,6 +59,9 @@ func SeedAnnotations(seed *seedv1alpha1.NodeGroupSeed, o SeedOptions) (map[strin
 		}
 	}
 	ann, err := tmpl.Encode(o.Budget)
+	if err == nil {
+		err = nodegroup.AddDRAResourceSlices(ann, tmpl, o.Budget)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -205,6 +205,9 @@ func Decide(in Input, cfg Config) Plan {
 		keepTemplate()
 	case 1:
 		ann, err := first.Encode(cfg.Budget)
+		if err == nil {
+			err = nodegroup.AddDRAResourceSlices(ann, first, cfg.Budget)
+		}
 		var be *template.BudgetError
 		switch {
 		case errors.As(err, &be):

@@ -70,7 +70,7 @@ func TestDecideFirstPublication(t *testing.T) {
 	}
 	want := []string{
 		template.VersionAnnotation, template.HashAnnotation, template.EncodingAnnotation, template.ResourceSlicesAnnotation,
-		nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey,
+		nodegroup.DRAResourceSlicesKey, nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey,
 		nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation,
 	}
 	if diff := cmp.Diff(sets.List(sets.New(want...)), sets.List(sets.KeySet(p.Apply))); diff != "" {

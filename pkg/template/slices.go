@@ -9,3 +9,9 @@ import (
 func (t *Template) ResourceSlices(nodeName string) ([]*resourceapi.ResourceSlice, error) {
 	return t.api().ResourceSlices(nodeName)
 }
+
+// ResourceSlicesVerbatim is ResourceSlices with the identity attributes' placeholders kept as
+// they are; see apitemplate.Template.ResourceSlicesVerbatim.
+func (t *Template) ResourceSlicesVerbatim(nodeName string) ([]*resourceapi.ResourceSlice, error) {
+	return t.api().ResourceSlicesVerbatim(nodeName)
+}

@@ -55,12 +55,15 @@ const (
 	SourceCopyPrefix = "copy-from:"
 )
 
-// TemplateKeys are the template format's annotations (package template).
+// TemplateKeys hold the group's template node: the template format's annotations (package
+// template) and the same ResourceSlices in the key proposed to the autoscaler
+// (DRAResourceSlicesKey). They are written, kept and copied together.
 var TemplateKeys = []string{
 	template.VersionAnnotation,
 	template.HashAnnotation,
 	template.EncodingAnnotation,
 	template.ResourceSlicesAnnotation,
+	DRAResourceSlicesKey,
 }
 
 // ShapeKeys are the capacity keys that describe the machine rather than where it runs; a copy

@@ -56,6 +56,18 @@ func TestDRAOfMockNodes(t *testing.T) {
 // without its GPUs outside MIG mode.
 func mockTemplate(t *testing.T, driver, profile string, dynamicMIG bool) (*template.Template, int) {
 	t.Helper()
+	objs, n := mockSlices(t, driver, profile, dynamicMIG)
+	tmpl, err := template.Build(objs, template.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl, n
+}
+
+// mockSlices are the ResourceSlices the plugin publishes on node n1 running a mock profile, and
+// the number of devices in them.
+func mockSlices(t *testing.T, driver, profile string, dynamicMIG bool) ([]resourceapi.ResourceSlice, int) {
+	t.Helper()
 	ctx := context.Background()
 	var be device.Backend
 	if driver == "npu.accel-dra.io" {
@@ -106,9 +118,5 @@ func mockTemplate(t *testing.T, driver, profile string, dynamicMIG bool) (*templ
 	for i := range objs {
 		objs[i].Spec.Pool.ResourceSliceCount = int64(len(objs))
 	}
-	tmpl, err := template.Build(objs, template.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tmpl, n
+	return objs, n
 }
