@@ -7,7 +7,8 @@
 #   cluster-autoscaler-slicefix   with the merged, unreleased fix (resourceSliceCount 1)
 #   cluster-autoscaler-accel-dra  with hack/autoscaler/accel-dra-template.patch: the fix, and the
 #                                 provider builds template nodes' ResourceSlices from the
-#                                 template.accel-dra.io annotations with this repo's api/template
+#                                 capacity.cluster-autoscaler.kubernetes.io/dra-resource-slices
+#                                 annotation (the change proposed upstream, hack/autoscaler/README.md)
 #
 #   hack/build-autoscaler.sh           # build (or reuse) and print the bin dir
 #   hack/build-autoscaler.sh --test    # also run the patched provider's own unit tests
@@ -25,12 +26,11 @@ run_tests=false
 log() { echo "build-autoscaler: $*" >&2; }
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
-# Everything the binaries are built from: the sources, the patches, the reader module, the Go
-# release. Any change gives a new directory; old ones stay until the cache is cleared.
+# Everything the binaries are built from: the sources, the patches, the Go release. Any change gives a new directory; old ones stay until the cache is cleared.
 key=$(
   {
     (cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
-    (cd "$repo" && sha256sum hack/autoscaler/*.patch && find api/template -type f ! -name '*_test.go' ! -path '*/testdata/*' -print0 | sort -z | xargs -0 sha256sum)
+    (cd "$repo" && sha256sum hack/autoscaler/*.patch)
     go version
   } | sha256sum | cut -c1-16
 )
@@ -54,7 +54,6 @@ fi
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 cp -r "$src/core" "$work/core"
-cp -r "$repo/api/template" "$work/api-template"
 chmod -R u+w "$work"
 
 # prepare VARIANT PATCH...: a copy of the autoscaler module with the patches applied.
@@ -65,9 +64,6 @@ prepare() {
   cd "$work/$v"
   for p in "$@"; do patch -s -p1 < "$repo/hack/autoscaler/$p"; done
   go mod edit -replace "sigs.k8s.io/cluster-autoscaler=$work/core"
-  if grep -q accel-dra/api/template go.mod; then
-    go mod edit -replace "github.com/accel-dra/accel-dra/api/template=$work/api-template"
-  fi
 }
 
 for v in "${variants[@]}"; do
