@@ -3,7 +3,7 @@
 // The node plugin checks each device with it before publishing, because the API server rejects a
 // whole slice for one bad device; the template format checks decoded templates with it. The
 // rules for the fields every k8s.io/api release the template reader supports has are stated
-// once, in the reader module's apirules (which the Cluster Autoscaler vendors with the reader);
+// once, in the reader module's apirules;
 // this package adds the rules of the fields only this module's k8s.io/api has and the per-slice
 // rules. The e2e suites show that what passes here is accepted by a real API server.
 package apivalidation
