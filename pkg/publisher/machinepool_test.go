@@ -6,7 +6,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,6 +135,25 @@ func TestMachinePoolEventMapping(t *testing.T) {
 	} {
 		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// The MachinePool CRD is optional: without it the publisher must start and leave pools out.
+func TestMachinePoolsServed(t *testing.T) {
+	gv := clusterv1.GroupVersion
+	without := apimeta.NewDefaultRESTMapper([]schema.GroupVersion{gv})
+	without.Add(gv.WithKind(KindMachineDeployment), apimeta.RESTScopeNamespace)
+	with := apimeta.NewDefaultRESTMapper([]schema.GroupVersion{gv})
+	with.Add(gv.WithKind(KindMachineDeployment), apimeta.RESTScopeNamespace)
+	with.Add(gv.WithKind(KindMachinePool), apimeta.RESTScopeNamespace)
+	for name, tc := range map[string]struct {
+		mapper apimeta.RESTMapper
+		want   bool
+	}{"without the CRD": {without, false}, "with the CRD": {with, true}} {
+		got, err := MachinePoolsServed(tc.mapper)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: MachinePoolsServed = %v, %v; want %v", name, got, err, tc.want)
 		}
 	}
 }
