@@ -157,3 +157,18 @@ func TestMachinePoolsServed(t *testing.T) {
 		}
 	}
 }
+
+// In management mode node names repeat across workload clusters: a pool's node events come
+// only from its own cluster.
+func TestManagementMachinePoolsStayInTheirCluster(t *testing.T) {
+	mine := machinePool("mine", nil, "n1")
+	theirs := machinePool("theirs", nil, "n1")
+	theirs.Spec.ClusterName = "c2"
+	e := newEnv(t, mine, theirs)
+	if got := e.r.groupsOfNode(e.ctx, &ClusterRef{ns, "c1"}, "n1"); !cmp.Equal(got, []GroupKey{{KindMachinePool, ns, "mine"}}) {
+		t.Errorf("groups of c1's n1 = %v", got)
+	}
+	if got := e.r.groupsOfCluster(e.ctx, ClusterRef{ns, "c2"}); !cmp.Equal(got, []GroupKey{{KindMachinePool, ns, "theirs"}}) {
+		t.Errorf("groups of cluster c2 = %v", got)
+	}
+}
