@@ -522,7 +522,7 @@ func TestPublisherArgsParse(t *testing.T) {
 			// docs/template-publisher.md.
 			groupRules := []rbacv1.PolicyRule{
 				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinesets", "machinedeployments"}, Verbs: []string{"get", "list", "watch", "patch"}},
+				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinesets", "machinedeployments", "machinepools"}, Verbs: []string{"get", "list", "watch", "patch"}},
 				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			}
 			var clusterRules []rbacv1.PolicyRule

@@ -22,9 +22,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
@@ -88,6 +88,9 @@ type claimCase struct {
 	arch      string   // the pod's kubernetes.io/arch nodeSelector, if any
 	groups    []source // default: h100
 	scales    map[string]string
+	// extendedResource: the pod asks for count of this extended resource in its limits (a
+	// DeviceClass's extendedResourceName) instead of a claim.
+	extendedResource corev1.ResourceName
 }
 
 func (cc claimCase) sources() []source {
@@ -123,7 +126,22 @@ var cases = []claimCase{
 	{name: "staticmig-x3", class: framework.GPUDriver, count: 3, groups: []source{staticMIG}},
 }
 
+// objects returns the case's pod and its claim template (nil for an extended-resource case).
 func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
+	if cc.extendedResource != "" {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: group},
+			Spec: corev1.PodSpec{
+				NodeSelector:                  map[string]string{caseLabel: group},
+				TerminationGracePeriodSeconds: new(int64(0)),
+				Containers: []corev1.Container{{
+					Name: "ctr", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{cc.extendedResource: *resource.NewQuantity(cc.count, resource.DecimalSI)}},
+				}},
+			},
+		}
+		return nil, pod
+	}
 	numa := ""
 	if cc.sameNUMA {
 		numa = "resource.kubernetes.io/numaNode"
@@ -179,13 +197,13 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
 		t.Fatal(err)
 	}
-	templates := sourceAnnotations(ctx, t, c, cl)
+	templates := sourceAnnotations(ctx, t, c, cl, sources, machineDeployment)
 	t.Logf("templates of real nodes of %d sources published after %s", len(sources), time.Since(start).Round(time.Second))
 
 	var all []outcome
 	for _, build := range builds {
 		t.Run(build, func(t *testing.T) {
-			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates)...)
+			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates, buildOptions{cases: cases, newGroup: machineDeployment})...)
 		})
 	}
 
@@ -217,11 +235,12 @@ func autoscalerBinDir(ctx context.Context, t *testing.T) string {
 }
 
 // sourceAnnotations runs a real node of each source, lets the real publisher write the
-// templates of those in a group (or seeds them, see source.seed), and returns per source the
-// autoscaler's and the template's annotations. It checks that each template node has its
-// source's architecture.
-func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client) map[string]map[string]string {
+// templates of those in a group of newGroup's kind (or seeds them, see source.seed), and returns
+// per source the autoscaler's and the template's annotations. It checks that each template node
+// has its source's architecture.
+func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client, sources []source, newGroup newGroupFunc) map[string]map[string]string {
 	var (
+		groups = make([]framework.ScalableGroup, len(sources))
 		wg     sync.WaitGroup
 		errs   = make([]error, len(sources))
 		seeded = make([]map[string]string, len(sources))
@@ -230,7 +249,7 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			seeded[i], errs[i] = startSource(ctx, c, cl, src)
+			seeded[i], groups[i], errs[i] = startSource(ctx, c, cl, src, newGroup)
 		}()
 	}
 	wg.Wait()
@@ -247,18 +266,18 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 	for i, src := range sources {
 		ann := seeded[i]
 		if !src.seed {
-			md := &clusterv1.MachineDeployment{}
+			var got map[string]string
 			err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-				if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: "source-" + src.name}, md); err != nil {
+				if got, err = groupAnnotations(ctx, cl, groups[i]); err != nil {
 					return false, nil
 				}
-				return md.Annotations[template.HashAnnotation] != "" && md.Annotations[nodegroup.CPUKey] != "", nil
+				return got[template.HashAnnotation] != "" && got[nodegroup.CPUKey] != "", nil
 			})
 			if err != nil {
-				t.Fatalf("no template on the %s source group: %v\n%s", src.name, err, pub.Proc.LogTail(30))
+				t.Fatalf("no template on the %s source group %s: %v\n%s", src.name, groups[i].Key(), err, pub.Proc.LogTail(30))
 			}
 			ann = map[string]string{}
-			for k, v := range md.Annotations {
+			for k, v := range got {
 				if strings.HasPrefix(k, nodegroup.CapacityPrefix) || strings.HasPrefix(k, template.AnnotationPrefix) {
 					ann[k] = v
 				}
@@ -283,28 +302,46 @@ func sourceAnnotations(ctx context.Context, t *testing.T, c *cluster.Cluster, cl
 	return out
 }
 
-// startSource adds src's node with its plugin. A seeded source's annotations it returns; any
-// other joins a group "source-<name>" of one machine for the publisher.
-func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src source) (map[string]string, error) {
-	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: src.name + "-source"})
-	if err != nil {
+// groupAnnotations reads a group object's annotations.
+func groupAnnotations(ctx context.Context, cl client.Client, g framework.ScalableGroup) (map[string]string, error) {
+	var obj client.Object
+	switch g := g.(type) {
+	case *framework.NodeGroup:
+		obj = g.MD.DeepCopy()
+	case *framework.MachinePool:
+		obj = g.MP.DeepCopy()
+	default:
+		return nil, fmt.Errorf("unknown group %T", g)
+	}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return nil, err
+	}
+	return obj.GetAnnotations(), nil
+}
+
+// startSource adds src's node with its plugin. A seeded source's annotations it returns; any
+// other joins a group "source-<name>" of newGroup's kind, one node, for the publisher.
+func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src source, newGroup newGroupFunc) (map[string]string, framework.ScalableGroup, error) {
+	node := src.name + "-source"
+	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: node, KubeletFlags: []string{"--provider-id=" + framework.ProviderID(node)}})
+	if err != nil {
+		return nil, nil, err
 	}
 	opts := framework.PluginOptions{Backend: "mock", Profile: src.profile}
 	if src.dynamicMIG {
 		opts.ExtraArgs = []string{"--dynamic-mig"}
 	}
 	if _, err := framework.StartPlugin(ctx, c, n, opts); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	slices, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.devices)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if src.seed {
 		node, err := c.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		alloc := node.Status.Allocatable
 		seed := &seedv1alpha1.NodeGroupSeed{
@@ -313,22 +350,48 @@ func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src 
 			ResourceSlices: slices,
 		}
 		if err := seed.Validate(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return accelctl.SeedAnnotations(seed, accelctl.SeedOptions{GPUDriver: framework.GPUDriver})
+		ann, err := accelctl.SeedAnnotations(seed, accelctl.SeedOptions{GPUDriver: framework.GPUDriver})
+		return ann, nil, err
 	}
-	g, err := framework.CreateNodeGroup(ctx, cl, "source-"+src.name, nil)
+	g, err := newGroup(ctx, cl, "source-"+src.name, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	_, err = g.AddMachine(ctx, cl, "source-"+src.name+"-0", n.Name, true)
-	return nil, err
+	return nil, g, g.Join(ctx, cl, n.Name, framework.ProviderID(n.Name))
+}
+
+// newGroupFunc creates a node group at zero with the annotations.
+type newGroupFunc func(ctx context.Context, cl client.Client, name string, ann map[string]string) (framework.ScalableGroup, error)
+
+func machineDeployment(ctx context.Context, cl client.Client, name string, ann map[string]string) (framework.ScalableGroup, error) {
+	return framework.CreateNodeGroup(ctx, cl, name, ann)
+}
+
+func machinePool(ctx context.Context, cl client.Client, name string, ann map[string]string) (framework.ScalableGroup, error) {
+	return framework.CreateMachinePool(ctx, cl, name, ann)
+}
+
+// buildOptions are what one runBuild judges: its cases, the kind of group they get, and what to
+// do once every decision is in, while the autoscaler still runs.
+type buildOptions struct {
+	cases    []claimCase
+	newGroup newGroupFunc
+	after    func(a *autoscalerRun, groups map[string][]framework.ScalableGroup, outcomes []outcome)
+}
+
+// autoscalerRun is a running autoscaler build.
+type autoscalerRun struct {
+	proc *cluster.Process
+	addr string // its metrics address
 }
 
 // runBuild creates the groups at zero of every case, runs the autoscaler build, creates the pods
 // and waits for each decision; then it stops the autoscaler and removes what it created.
-func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client, bin, build string, templates map[string]map[string]string) []outcome {
-	groups := map[string][]*framework.NodeGroup{}
+func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.Client, bin, build string, templates map[string]map[string]string, opts buildOptions) []outcome {
+	cases := opts.cases
+	groups := map[string][]framework.ScalableGroup{}
 	nGroups := 0
 	for _, cc := range cases {
 		name := build + "-" + cc.name
@@ -342,7 +405,7 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 				label = l + "," + label
 			}
 			ann[nodegroup.LabelsKey] = label
-			g, err := framework.CreateNodeGroup(ctx, cl, name+"-"+src.name, ann)
+			g, err := opts.newGroup(ctx, cl, name+"-"+src.name, ann)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -415,13 +478,16 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		}()
 	}
 	wg.Wait()
-	sort.Slice(outcomes, func(i, j int) bool { return caseIndex(outcomes[i].name) < caseIndex(outcomes[j].name) })
+	sort.Slice(outcomes, func(i, j int) bool { return caseIndex(cases, outcomes[i].name) < caseIndex(cases, outcomes[j].name) })
 	for _, o := range outcomes {
-		want := cases[caseIndex(o.name)].scales[build]
+		want := cases[caseIndex(cases, o.name)].scales[build]
 		if o.scaled != want {
 			t.Errorf("%s %s: scaled %q, want %q (autoscaler: %s)\n%s", build, o.name, o.scaled, want, o.reason, proc.LogTail(30))
 		}
 		t.Logf("%-13s scaled=%-5q after %-6s %s", o.name, o.scaled, o.latency.Round(100*time.Millisecond), o.reason)
+	}
+	if opts.after != nil && !t.Failed() {
+		opts.after(&autoscalerRun{proc: proc, addr: addr}, groups, outcomes)
 	}
 
 	// Clean up for the next build: its autoscaler must see only its own groups and pods.
@@ -430,14 +496,13 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		_ = c.Client().CoreV1().Pods(podNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 		_ = c.Client().ResourceV1().ResourceClaimTemplates(podNS).Delete(ctx, name, metav1.DeleteOptions{})
 		for _, g := range groups[cc.name] {
-			_ = cl.Delete(ctx, g.MS)
-			_ = cl.Delete(ctx, g.MD)
+			_ = g.Delete(ctx, cl)
 		}
 	}
 	return outcomes
 }
 
-func caseIndex(name string) int {
+func caseIndex(cases []claimCase, name string) int {
 	for i, cc := range cases {
 		if cc.name == name {
 			return i
@@ -455,12 +520,14 @@ const decisionTimeout = 3 * time.Minute
 // decide creates the case's pod and waits for the autoscaler: one of the case's groups going to
 // spec.replicas 1, or (for a case that must not scale) two loops that say NotTriggerScaleUp for
 // the pod while every group stays at 0. groups are in the order of cc.sources().
-func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build string, cc claimCase, groups []*framework.NodeGroup) (outcome, error) {
+func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build string, cc claimCase, groups []framework.ScalableGroup) (outcome, error) {
 	name := build + "-" + cc.name
 	o := outcome{build: build, name: cc.name}
 	rct, pod := cc.objects(name)
-	if _, err := c.Client().ResourceV1().ResourceClaimTemplates(podNS).Create(ctx, rct, metav1.CreateOptions{}); err != nil {
-		return o, err
+	if rct != nil {
+		if _, err := c.Client().ResourceV1().ResourceClaimTemplates(podNS).Create(ctx, rct, metav1.CreateOptions{}); err != nil {
+			return o, err
+		}
 	}
 	if _, err := c.Client().CoreV1().Pods(podNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return o, err
@@ -519,16 +586,16 @@ func decide(ctx context.Context, c *cluster.Cluster, cl client.Client, build str
 	return o, nil
 }
 
-// scaledGroups returns the sources of the case's groups whose spec.replicas is above 0, joined
-// by "+".
-func scaledGroups(ctx context.Context, cl client.Client, cc claimCase, groups []*framework.NodeGroup) (string, error) {
+// scaledGroups returns the sources of the case's groups (MachineDeployments or MachinePools)
+// whose spec.replicas is above 0, joined by "+".
+func scaledGroups(ctx context.Context, cl client.Client, cc claimCase, groups []framework.ScalableGroup) (string, error) {
 	var scaled []string
 	for i, g := range groups {
-		md := &clusterv1.MachineDeployment{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+		n, err := g.Replicas(ctx, cl)
+		if err != nil {
 			return "", err
 		}
-		if md.Spec.Replicas != nil && *md.Spec.Replicas > 0 {
+		if n > 0 {
 			scaled = append(scaled, cc.sources()[i].name)
 		}
 	}

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -36,8 +37,10 @@ const CAPINamespace = "capi"
 
 var setCtrlLogger sync.Once
 
-// capiCRDs are the Cluster API CRDs the publisher reads.
-var capiCRDs = []string{"clusters", "machinedeployments", "machinesets", "machines"}
+// capiCRDs are the Cluster API CRDs the publisher reads. MachinePools are optional in Cluster
+// API (its MachinePool feature, on by default since v1.7); the publisher and the autoscaler
+// look for them at start.
+var capiCRDs = []string{"clusters", "machinedeployments", "machinesets", "machines", "machinepools"}
 
 // InstallClusterAPI applies Cluster API's CRDs from the cluster-api module in the Go module cache to
 // the apiserver, waits until they are served, and creates the namespace and a Cluster.
@@ -177,6 +180,12 @@ func CreateNodeGroup(ctx context.Context, c client.Client, name string, annotati
 // AddMachine creates a Machine of the group's MachineSet and, as Cluster API does once the node
 // has joined, sets its status.nodeRef and the node's Cluster API annotations.
 func (g *NodeGroup) AddMachine(ctx context.Context, c client.Client, name, node string, annotateNode bool) (*clusterv1.Machine, error) {
+	return g.addMachine(ctx, c, name, node, "", annotateNode)
+}
+
+// addMachine is AddMachine with the Machine's spec.providerID (which the infrastructure
+// provider sets, and by which the autoscaler maps a node to its Machine), if not empty.
+func (g *NodeGroup) addMachine(ctx context.Context, c client.Client, name, node, providerID string, annotateNode bool) (*clusterv1.Machine, error) {
 	m := &clusterv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: CAPINamespace, Name: name,
@@ -190,6 +199,7 @@ func (g *NodeGroup) AddMachine(ctx context.Context, c client.Client, name, node 
 		},
 		Spec: machineTemplate("workload").Spec,
 	}
+	m.Spec.ProviderID = providerID
 	if err := c.Create(ctx, m); err != nil {
 		return nil, fmt.Errorf("creating Machine %s: %w", name, err)
 	}
@@ -257,4 +267,119 @@ func StartPublisher(ctx context.Context, c *cluster.Cluster, extra ...string) (*
 		return nil, fmt.Errorf("publisher not ready: %w\n%s", err, p.Proc.LogTail(40))
 	}
 	return p, nil
+}
+
+// ScalableGroup is a node group at the harness's fake infrastructure: no Cluster API or
+// infrastructure controllers run, so a test reads the replicas the autoscaler set and, to bring
+// a node up for them, starts a real kubelet and calls Join, which does what Cluster API and the
+// infrastructure provider would do once that node has joined.
+type ScalableGroup interface {
+	// Key names the group as the autoscaler does: "<Kind>/<namespace>/<name>".
+	Key() string
+	// Replicas returns spec.replicas (0 when unset).
+	Replicas(ctx context.Context, c client.Client) (int32, error)
+	// Join records that the node with the provider ID came up for the group.
+	Join(ctx context.Context, c client.Client, node, providerID string) error
+	// Delete removes the group's objects.
+	Delete(ctx context.Context, c client.Client) error
+}
+
+// ProviderID is the fake infrastructure's provider ID of a node: the kubelet's --provider-id,
+// and what a Machine's spec.providerID or a MachinePool's spec.providerIDList holds.
+func ProviderID(node string) string { return "fake://" + CAPINamespace + "/" + node }
+
+func (g *NodeGroup) Key() string { return "MachineDeployment/" + g.MD.Namespace + "/" + g.MD.Name }
+
+func (g *NodeGroup) Replicas(ctx context.Context, c client.Client) (int32, error) {
+	md := &clusterv1.MachineDeployment{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(g.MD), md); err != nil {
+		return 0, err
+	}
+	return ptrValue(md.Spec.Replicas), nil
+}
+
+// Join creates a Machine of the current MachineSet with the node's provider ID and node
+// reference, and annotates the node as Cluster API does.
+func (g *NodeGroup) Join(ctx context.Context, c client.Client, node, providerID string) error {
+	_, err := g.addMachine(ctx, c, node, node, providerID, true)
+	return err
+}
+
+func (g *NodeGroup) Delete(ctx context.Context, c client.Client) error {
+	return errors.Join(client.IgnoreNotFound(c.Delete(ctx, g.MS)), client.IgnoreNotFound(c.Delete(ctx, g.MD)))
+}
+
+// MachinePool is a Cluster API MachinePool. Cluster API finds a pool's nodes through its
+// spec.providerIDList, which it copies from the infrastructure provider's pool, and reports
+// them in status.nodeRefs; no Machines or MachineSets are involved.
+type MachinePool struct {
+	MP *clusterv1.MachinePool
+}
+
+// CreateMachinePool creates a MachinePool at zero replicas with the annotations.
+func CreateMachinePool(ctx context.Context, c client.Client, name string, annotations map[string]string) (*MachinePool, error) {
+	mp := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: CAPINamespace, Name: name, Annotations: annotations,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "workload"}},
+		Spec: clusterv1.MachinePoolSpec{ClusterName: "workload", Replicas: new(int32(0)), Template: machineTemplate("workload")},
+	}
+	if err := c.Create(ctx, mp); err != nil {
+		return nil, fmt.Errorf("creating MachinePool %s: %w", name, err)
+	}
+	return &MachinePool{MP: mp}, nil
+}
+
+func (p *MachinePool) Key() string { return "MachinePool/" + p.MP.Namespace + "/" + p.MP.Name }
+
+func (p *MachinePool) Replicas(ctx context.Context, c client.Client) (int32, error) {
+	mp := &clusterv1.MachinePool{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(p.MP), mp); err != nil {
+		return 0, err
+	}
+	return ptrValue(mp.Spec.Replicas), nil
+}
+
+// Join adds the provider ID to spec.providerIDList (the infrastructure provider's list, which
+// Cluster API copies), and, as Cluster API's MachinePool controller does once it finds the node,
+// appends it to status.nodeRefs, counts it in the status replicas and annotates the node.
+func (p *MachinePool) Join(ctx context.Context, c client.Client, node, providerID string) error {
+	n := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+		return err
+	}
+	mp := &clusterv1.MachinePool{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(p.MP), mp); err != nil {
+		return err
+	}
+	orig := mp.DeepCopy()
+	mp.Spec.ProviderIDList = append(mp.Spec.ProviderIDList, providerID)
+	if err := c.Patch(ctx, mp, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding %s to the providerIDList of MachinePool %s: %w", providerID, mp.Name, err)
+	}
+	orig = mp.DeepCopy()
+	mp.Status.NodeRefs = append(mp.Status.NodeRefs, corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID})
+	count := int32(len(mp.Status.NodeRefs))
+	mp.Status.Replicas, mp.Status.ReadyReplicas, mp.Status.AvailableReplicas, mp.Status.UpToDateReplicas = &count, &count, &count, &count
+	if err := c.Status().Patch(ctx, mp, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("setting status.nodeRefs of MachinePool %s: %w", mp.Name, err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"MachinePool",%q:%q,%q:"workload",%q:%q}}}`,
+		clusterv1.OwnerKindAnnotation, clusterv1.OwnerNameAnnotation, mp.Name,
+		clusterv1.ClusterNameAnnotation, clusterv1.ClusterNamespaceAnnotation, CAPINamespace)
+	if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return fmt.Errorf("annotating node %s: %w", node, err)
+	}
+	p.MP = mp
+	return nil
+}
+
+func (p *MachinePool) Delete(ctx context.Context, c client.Client) error {
+	return client.IgnoreNotFound(c.Delete(ctx, p.MP))
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -341,10 +341,20 @@ const MIGClass = "mig.gpu.accel-dra.io"
 // Rendered rather than written out here, so that a test on MIG nodes claims what a user's
 // class would.
 func ChartDeviceClasses() ([]*resourceapi.DeviceClass, error) {
+	return ChartDeviceClassesWith(nil)
+}
+
+// ChartDeviceClassesWith is ChartDeviceClasses with gpuClass as the values of
+// drivers.gpu.deviceClass (for example extendedResourceName).
+func ChartDeviceClassesWith(gpuClass map[string]any) ([]*resourceapi.DeviceClass, error) {
+	gpu := map[string]any{"enabled": true, "nvidiaDevicePluginDisabled": true}
+	if gpuClass != nil {
+		gpu["deviceClass"] = gpuClass
+	}
 	r, err := helm.Render(helm.Options{Values: map[string]any{
 		// The nvml backend renders only once told that no NVIDIA device plugin runs beside it;
 		// the DeviceClasses do not depend on that.
-		"drivers": map[string]any{"gpu": map[string]any{"enabled": true, "nvidiaDevicePluginDisabled": true}, "npu": map[string]any{"enabled": true}},
+		"drivers": map[string]any{"gpu": gpu, "npu": map[string]any{"enabled": true}},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("chart DeviceClasses: %w", err)

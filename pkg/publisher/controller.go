@@ -65,6 +65,8 @@ type Reconciler struct {
 	// Workloads reads the nodes of each group's workload cluster in management mode; nil in
 	// self-managed mode, where Client reads them.
 	Workloads *WorkloadClusters
+	// MachinePools: the API server serves MachinePools, and they are node groups too.
+	MachinePools bool
 
 	mu sync.Mutex
 	// nodeTemplates caches the template of each node by the identity of its slices, so that
@@ -207,15 +209,21 @@ func (r *Reconciler) getGroup(ctx context.Context, key GroupKey) (client.Object,
 		obj = &clusterv1.MachineDeployment{}
 	case KindMachineSet:
 		obj = &clusterv1.MachineSet{}
+	case KindMachinePool:
+		obj = &clusterv1.MachinePool{}
 	default:
 		return nil, fmt.Errorf("unknown node group kind %q", key.Kind)
 	}
 	return obj, r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, obj)
 }
 
-// groupNodes returns the nodes of the group's current MachineSet with their templates, read
-// through nodes (the workload cluster's cache in management mode).
+// groupNodes returns the nodes of the group with their templates (of a MachineDeployment's
+// current MachineSet; of a MachinePool by its provider IDs), read through nodes (the workload
+// cluster's cache in management mode).
 func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Object, nodes client.Reader, cluster *ClusterRef) ([]NodeInput, error) {
+	if mp, ok := obj.(*clusterv1.MachinePool); ok {
+		return r.machinePoolNodes(ctx, mp, nodes, cluster)
+	}
 	ms, ok := obj.(*clusterv1.MachineSet)
 	if !ok {
 		var list clusterv1.MachineSetList
@@ -235,13 +243,22 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 		return nil, fmt.Errorf("listing Machines of MachineSet %s/%s: %w", ms.Namespace, ms.Name, err)
 	}
 	seen := sets.New[string]()
-	var out []NodeInput
+	var names []string
 	for i := range machines.Items {
 		name := machines.Items[i].Status.NodeRef.Name
 		if name == "" || seen.Has(name) {
 			continue
 		}
 		seen.Insert(name)
+		names = append(names, name)
+	}
+	return r.nodeInputs(ctx, names, nodes, cluster)
+}
+
+// nodeInputs returns the named nodes that exist with their templates, sorted by name.
+func (r *Reconciler) nodeInputs(ctx context.Context, names []string, nodes client.Reader, cluster *ClusterRef) ([]NodeInput, error) {
+	var out []NodeInput
+	for _, name := range names {
 		node := &corev1.Node{}
 		if err := nodes.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
 			continue

@@ -53,10 +53,14 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	if err := AddIndexes(context.Background(), builderIndexer{b}); err != nil {
 		t.Fatal(err)
 	}
+	if err := AddMachinePoolIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
 	c := b.Build()
 	rec := events.NewFakeRecorder(100)
 	o := NewOptions()
 	r := NewReconciler(c, rec, NewMetrics(prometheus.NewRegistry()), o)
+	r.MachinePools = true
 	_, ctx := ktesting.NewTestContext(t)
 	return &env{t: t, ctx: ctx, client: c, r: r, recorder: rec}
 }

@@ -19,10 +19,11 @@ import (
 const (
 	KindMachineDeployment = "MachineDeployment"
 	KindMachineSet        = "MachineSet"
+	KindMachinePool       = "MachinePool"
 )
 
-// GroupKey names a node group: a MachineDeployment, or a MachineSet without one (as the
-// autoscaler's clusterapi provider sees node groups).
+// GroupKey names a node group: a MachineDeployment, a MachineSet without one, or a MachinePool
+// (as the autoscaler's clusterapi provider sees node groups).
 type GroupKey struct {
 	Kind      string
 	Namespace string

@@ -21,8 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/source"
-
-	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 )
 
 func one(s string) []string {
@@ -41,30 +39,24 @@ func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	return AddNodeIndexes(ctx, idx)
 }
 
-// AddNodeIndexes registers the index of ResourceSlices by node, on the cache that holds the
-// nodes (a workload cluster's in management mode).
+// AddNodeIndexes registers the indexes of ResourceSlices by node and of Nodes by provider ID,
+// on the cache that holds the nodes (a workload cluster's in management mode).
 func AddNodeIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	return idx.IndexField(ctx, &resourceapi.ResourceSlice{}, indexSliceByNode, func(o client.Object) []string {
+	if err := idx.IndexField(ctx, &resourceapi.ResourceSlice{}, indexSliceByNode, func(o client.Object) []string {
 		if n := o.(*resourceapi.ResourceSlice).Spec.NodeName; n != nil {
 			return one(*n)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	// The nodes of a MachinePool are found by provider ID.
+	return idx.IndexField(ctx, &corev1.Node{}, indexNodeByProviderID, nodeProviderIDIndex)
 }
 
 // AddGroupIndexes registers the indexes of the Cluster API objects.
 func AddGroupIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	copyFrom := func(o client.Object) []string {
-		v, ok := o.GetAnnotations()[nodegroup.CopyFromAnnotation]
-		if !ok {
-			return nil
-		}
-		ns, name, err := ParseCopyFrom(o.GetNamespace(), v)
-		if err != nil {
-			return nil
-		}
-		return []string{ns + "/" + name}
-	}
+	copyFrom := copyFromIndex
 	for _, ix := range []struct {
 		obj   client.Object
 		field string
@@ -98,6 +90,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 	if err := idx(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	served, err := MachinePoolsServed(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if r.MachinePools = served; served {
+		if err := AddMachinePoolIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+			return err
+		}
+	}
 	c := mgr.GetCache()
 	log := mgr.GetLogger().WithValues("controller", Name)
 	b := builder.TypedControllerManagedBy[GroupKey](mgr).
@@ -123,6 +124,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 			return o.Status.NodeRef != n.Status.NodeRef || !maps.Equal(o.Labels, n.Labels) ||
 				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 		})))
+	if r.MachinePools {
+		b = b.WatchesRawSource(source.TypedKind(c, &clusterv1.MachinePool{}, mapEvents(r.groupsOfMachinePool, func(o, n *clusterv1.MachinePool) bool {
+			return !maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
+				o.Spec.ClusterName != n.Spec.ClusterName || !slices.Equal(o.Spec.ProviderIDList, n.Spec.ProviderIDList) ||
+				!equality.Semantic.DeepEqual(o.Status.NodeRefs, n.Status.NodeRefs)
+		})))
+	}
 	if r.Workloads == nil {
 		b = b.WatchesRawSource(source.TypedKind(c, &corev1.Node{}, mapEvents(r.groupsOfNodeObject, relevantNodeUpdate))).
 			WatchesRawSource(source.TypedKind(c, &resourceapi.ResourceSlice{}, mapEvents(r.groupsOfSlice, relevantSliceUpdate)))
@@ -208,6 +216,7 @@ func (r *Reconciler) groupsOfMachineDeployment(ctx context.Context, md *clusterv
 			keys = append(keys, GroupOfMachineSet(&mss.Items[i]))
 		}
 	}
+	keys = append(keys, r.machinePoolGroups(ctx, ref)...)
 	return sortedKeys(keys)
 }
 
@@ -245,8 +254,8 @@ func (r *Reconciler) groupsOfSlice(ctx context.Context, s *resourceapi.ResourceS
 	return r.groupsOfNode(ctx, nil, *s.Spec.NodeName)
 }
 
-// groupsOfNode maps a node to the groups of the Machines whose status.nodeRef names it; in
-// management mode (cluster set) only Machines of that workload cluster.
+// groupsOfNode maps a node to the groups of the Machines whose status.nodeRef names it and to
+// its MachinePools; in management mode (cluster set) only groups of that workload cluster.
 func (r *Reconciler) groupsOfNode(ctx context.Context, cluster *ClusterRef, node string) []GroupKey {
 	var machines clusterv1.MachineList
 	opts := []client.ListOption{client.MatchingFields{indexMachineByNode: node}}
@@ -264,6 +273,7 @@ func (r *Reconciler) groupsOfNode(ctx context.Context, cluster *ClusterRef, node
 		}
 		keys = append(keys, r.groupsOfMachine(ctx, &machines.Items[i], false)...)
 	}
+	keys = append(keys, r.machinePoolsOfNode(ctx, cluster, node)...)
 	return sortedKeys(slices.Clip(keys))
 }
 
@@ -285,6 +295,7 @@ func (r *Reconciler) groupsOfCluster(ctx context.Context, cluster ClusterRef) []
 			}
 		}
 	}
+	keys = append(keys, r.machinePoolGroups(ctx, client.InNamespace(cluster.Namespace), f)...)
 	return sortedKeys(keys)
 }
 

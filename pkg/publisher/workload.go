@@ -49,6 +49,8 @@ func ClusterOf(obj client.Object) ClusterRef {
 		name = o.Spec.ClusterName
 	case *clusterv1.Machine:
 		name = o.Spec.ClusterName
+	case *clusterv1.MachinePool:
+		name = o.Spec.ClusterName
 	}
 	if name == "" {
 		name = obj.GetLabels()[clusterv1.ClusterNameLabel]

@@ -95,7 +95,7 @@ or with publisher.watchNamespace a Role's in that namespace.
   resources: ["machines"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["cluster.x-k8s.io"]
-  resources: ["machinesets", "machinedeployments"]
+  resources: ["machinesets", "machinedeployments", "machinepools"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
