@@ -117,6 +117,7 @@ CEL list; its write-scope admission policy allows changes of these only.
   "template.accel-dra.io/hash"
   "template.accel-dra.io/encoding"
   "template.accel-dra.io/resourceslices"
+  "capacity.cluster-autoscaler.kubernetes.io/dra-resource-slices"
   "capacity.cluster-autoscaler.kubernetes.io/cpu"
   "capacity.cluster-autoscaler.kubernetes.io/memory"
   "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk"
