@@ -120,6 +120,12 @@ func TestRecipes(t *testing.T) {
 			case quota != nil:
 				t.Errorf("unexpected ResourceQuota %s", quota.Name)
 			}
+			// The uninstall clean-up runs on the same nodes.
+			if c, ok := hooks(r)["DaemonSet/"+ds.Name+"-cleanup"]; !ok {
+				t.Error("no clean-up hook DaemonSet")
+			} else if cds := toTyped[appsv1.DaemonSet](t, c); !cmp.Equal(cds.Spec.Template.Spec.Affinity, ds.Spec.Template.Spec.Affinity) {
+				t.Errorf("the clean-up's affinity differs from the plugin's:\n%s", cmp.Diff(ds.Spec.Template.Spec.Affinity, cds.Spec.Template.Spec.Affinity))
+			}
 			// The recipe's statement that the NVIDIA device plugin is off is what lets it render.
 			back := mergeValues(vals, map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nvidiaDevicePluginDisabled": false}}})
 			if _, err := Render(Options{Values: back}); err == nil || !strings.Contains(err.Error(), "drivers.gpu.nvidiaDevicePluginDisabled must be true") {
