@@ -50,7 +50,7 @@ func TestCleanupHooks(t *testing.T) {
 	}{
 		{name: "mock, both drivers", values: mergeValues(valueSets["mock-file"].values, nil)},
 		{name: "nvml, kubelet elsewhere", values: mergeValues(devicePluginOff, map[string]any{
-			"plugin": map[string]any{"kubeletRootDir": "/var/lib/k0s/kubelet/", "cdiDir": "/etc/cdi"},
+			"plugin":  map[string]any{"kubeletRootDir": "/var/lib/k0s/kubelet/", "cdiDir": "/etc/cdi"},
 			"drivers": map[string]any{"gpu": map[string]any{"nodeSelector": map[string]any{"gpu": "yes"}}, "npu": map[string]any{"enabled": true}},
 		})},
 		{name: "forced", values: mergeValues(devicePluginOff, map[string]any{"cleanup": map[string]any{"force": true}, "drivers": map[string]any{"npu": map[string]any{"enabled": true}}}), force: true},
