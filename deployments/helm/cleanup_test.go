@@ -208,3 +208,56 @@ func flagOf(args []string, name string) string {
 	v, _ := FlagValue(args, name)
 	return v
 }
+
+// TestPublisherCleanupHook: with the publisher, a post-delete Job runs its binary's cleanup,
+// which may only list and patch node groups, where the publisher watched them.
+func TestPublisherCleanupHook(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		publisher map[string]any
+		roleKind  string
+		namespace string
+	}{
+		{name: "all namespaces", publisher: map[string]any{"enabled": true}, roleKind: "ClusterRole"},
+		{name: "watch namespace", publisher: map[string]any{"enabled": true, "watchNamespace": "capi"}, roleKind: "Role", namespace: "capi"},
+		{name: "no publisher", publisher: map[string]any{"enabled": false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := render(Options{Values: map[string]any{"publisher": tc.publisher}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := hooks(r)
+			if tc.roleKind == "" {
+				for k := range h {
+					if strings.HasSuffix(k, "-annotations") {
+						t.Errorf("no publisher, but hook %s", k)
+					}
+				}
+				return
+			}
+			role := hookOf(t, h, tc.roleKind+"/accel-dra-cleanup-annotations", "post-delete")
+			if role.GetNamespace() != tc.namespace {
+				t.Errorf("%s in namespace %q, want %q", tc.roleKind, role.GetNamespace(), tc.namespace)
+			}
+			rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+			want := []any{map[string]any{"apiGroups": []any{"cluster.x-k8s.io"}, "resources": []any{"machinedeployments", "machinesets"}, "verbs": []any{"list", "patch"}}}
+			if !cmp.Equal(rules, want) {
+				t.Errorf("rules %v, want %v", rules, want)
+			}
+			hookOf(t, h, tc.roleKind+"Binding/accel-dra-cleanup-annotations", "post-delete")
+			job := toTyped[batchv1.Job](t, hookOf(t, h, "Job/accel-dra-cleanup-annotations", "post-delete"))
+			c := job.Spec.Template.Spec.Containers[0]
+			pub, err := r.PublisherDeployment()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img := images(t, pub.Object); c.Image != img[0] || !slices.Equal(c.Command, []string{"/usr/bin/accel-dra-template-publisher", "cleanup"}) {
+				t.Errorf("the Job runs %s %v, want the publisher's image %s and its cleanup", c.Image, c.Command, img[0])
+			}
+			if got := flagOf(c.Args, "watch-namespace"); got != tc.namespace {
+				t.Errorf("--watch-namespace=%q, want %q", got, tc.namespace)
+			}
+		})
+	}
+}
