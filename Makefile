@@ -14,7 +14,7 @@ PLATFORMS ?= linux/amd64 linux/arm64
 # (e2e/cluster/binaries.go).
 export GOFLAGS += -trimpath
 
-.PHONY: all build unit test test-arm64 e2e demo bench k8s-binaries fmt vet image clean
+.PHONY: all build unit test test-arm64 e2e demo bench k8s-binaries fmt vet image chart chart-push clean
 
 all: build
 
@@ -76,12 +76,27 @@ vet:
 comma := ,
 IMAGE_PLATFORMS ?= $(subst $(eval) ,$(comma),$(strip $(PLATFORMS)))
 IMAGE_REGISTRY ?=
-IMAGE_TAG ?= dev
+# The release is the chart's version; its images are tagged v<version>, which is the chart's
+# default image tag (deployments/helm's TestImageTagsFollowTheRelease).
+VERSION := $(shell sed -n 's/^version: *//p' deployments/helm/accel-dra/Chart.yaml)
+IMAGE_TAG ?= v$(VERSION)
 image:
 	docker buildx build --platform $(IMAGE_PLATFORMS) --target plugin \
 		-t $(IMAGE_REGISTRY)accel-dra-kubelet-plugin:$(IMAGE_TAG) $(if $(IMAGE_PUSH),--push) .
 	docker buildx build --platform $(IMAGE_PLATFORMS) --target publisher \
 		-t $(IMAGE_REGISTRY)accel-dra-template-publisher:$(IMAGE_TAG) $(if $(IMAGE_PUSH),--push) .
+
+# The chart as bin/accel-dra-<version>.tgz (helm package, with Helm's own code: no helm binary).
+chart:
+	$(GO) run ./hack/chart package $(BIN)
+
+# Pushes that package to the OCI repository CHART_REGISTRY (oci://registry.example/charts), with
+# the credentials of `helm registry login`; CHART_PLAIN_HTTP=1 for a registry without TLS.
+# Users then install it with: helm install accel-dra oci://registry.example/charts/accel-dra --version <version>
+CHART_REGISTRY ?=
+chart-push: chart
+	@test -n "$(CHART_REGISTRY)" || { echo "set CHART_REGISTRY=oci://<registry>/<path>"; exit 2; }
+	$(GO) run ./hack/chart push $(if $(CHART_PLAIN_HTTP),--plain-http) $(BIN)/accel-dra-$(VERSION).tgz $(CHART_REGISTRY)
 
 clean:
 	rm -rf $(BIN)

@@ -13,6 +13,7 @@ import (
 
 	_ "k8s.io/component-base/logs/json/register"
 
+	"github.com/accel-dra/accel-dra/pkg/cleanup"
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
@@ -20,6 +21,24 @@ import (
 func main() {
 	// The plugin binary is also each MPS control daemon's runner (its pods run it, docs/sharing.md).
 	sharing.RunDaemonCommand(os.Args)
+	// And the uninstall clean-up's (docs/uninstall.md).
+	if len(os.Args) > 1 && os.Args[1] == cleanup.Command {
+		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		err := cleanup.Run(ctx, os.Args[2:], os.Stderr)
+		cancel()
+		if err != nil {
+			klog.Background().Error(err, "Clean-up failed")
+			// The pod's termination message, which the clean-up's wait reports per node; the
+			// kubelet mounts the file into containers (never created here, outside a pod).
+			if f, ferr := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+				_, _ = f.WriteString(err.Error())
+				_ = f.Close()
+			}
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+		klog.Flush()
+		os.Exit(0)
+	}
 	o := nodeplugin.NewOptions()
 	fs := o.NewFlagSet()
 	if err := fs.Parse(os.Args[1:]); err != nil {

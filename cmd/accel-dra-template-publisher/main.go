@@ -15,10 +15,26 @@ import (
 
 	_ "k8s.io/component-base/logs/json/register"
 
+	"github.com/accel-dra/accel-dra/pkg/cleanup/annotations"
 	"github.com/accel-dra/accel-dra/pkg/publisher"
 )
 
 func main() {
+	// The uninstall's clean-up of the publisher's annotations (docs/uninstall.md).
+	if len(os.Args) > 1 && os.Args[1] == "cleanup" {
+		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer cancel()
+		scheme, err := publisher.NewScheme()
+		if err == nil {
+			err = annotations.Main(ctx, os.Args[2:], scheme, publisher.FieldManager)
+		}
+		if err != nil {
+			klog.Background().Error(err, "Clean-up failed")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+		klog.Flush()
+		return
+	}
 	o := publisher.NewOptions()
 	fs := o.NewFlagSet()
 	if err := fs.Parse(os.Args[1:]); err != nil {

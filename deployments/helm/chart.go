@@ -70,9 +70,16 @@ type Rendered struct {
 	Manifests map[string]string
 	// Notes is the rendered NOTES.txt.
 	Notes string
-	// Objects are the manifests' objects in file-name order, then in order within each file.
+	// Objects are the manifests' objects in file-name order, then in order within each file:
+	// what helm install applies, without the hooks.
 	Objects []*unstructured.Unstructured
+	// Hooks are the objects with a helm.sh/hook annotation, in the same order: Helm creates
+	// them only at their hook's time (the uninstall clean-up, templates/cleanup-hooks.yaml).
+	Hooks []*unstructured.Unstructured
 }
+
+// HookAnnotation marks an object as a Helm hook, created only at the hook's time.
+const HookAnnotation = "helm.sh/hook"
 
 // Load returns the embedded chart.
 func Load() (*chartv2.Chart, error) {
@@ -166,7 +173,13 @@ func Render(opts Options) (*Rendered, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		r.Objects = append(r.Objects, objs...)
+		for _, o := range objs {
+			if _, hook := o.GetAnnotations()[HookAnnotation]; hook {
+				r.Hooks = append(r.Hooks, o)
+			} else {
+				r.Objects = append(r.Objects, o)
+			}
+		}
 	}
 	return r, nil
 }

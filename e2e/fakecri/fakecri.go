@@ -1,8 +1,9 @@
 // Package fakecri is a CRI (k8s.io/cri-api v1) server for end-to-end tests: a real kubelet talks
 // to it as to a container runtime, but nothing is run. It wraps the fake runtime of
 // k8s.io/cri-client/pkg/fake and adds what a DRA test needs from a runtime: on CreateContainer it
-// resolves the container's CDI device IDs with the CDI library, exactly as containerd or CRI-O
-// would, injects them into an OCI spec, and records the result. An ID that cannot be resolved
+// resolves the container's CDI device IDs with the CDI library, as containerd or CRI-O would,
+// injects their edits into an OCI spec, and records the result. Unlike a runtime it runs none of
+// the spec's hooks and starts nothing (e2e/kind does both). An ID that cannot be resolved
 // fails CreateContainer with the CDI library's error, as a runtime would.
 package fakecri
 

@@ -45,6 +45,7 @@ func TestKind(t *testing.T) {
 	t.Run("GPUPod", func(t *testing.T) { e.testGPUPod(ctx, t) })
 	t.Run("NPUPod", func(t *testing.T) { e.testNPUPod(ctx, t) })
 	t.Run("RollingUpgrade", func(t *testing.T) { e.testRollingUpgrade(ctx, t) })
+	t.Run("UninstallRefused", func(t *testing.T) { e.testUninstallRefused(ctx, t) })
 	t.Run("Uninstall", func(t *testing.T) { e.testUninstall(ctx, t) })
 	t.Run("TwoReleases", func(t *testing.T) { e.testTwoReleases(ctx, t) })
 	// Each installs the release afresh with a driver root of its own and uninstalls it.

@@ -302,7 +302,7 @@ func (e *env) testUninstall(ctx context.Context, t *testing.T) {
 	if out, err := e.cmd(ctx, []string{"KUBECONFIG=" + e.kubeconfig}, filepath.Join(e.tools, "helm"), "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
-	if left := e.nodeLeftovers(ctx, t); len(left) > 0 {
+	if left := append(e.nodeLeftovers(ctx, t), e.uninstallLeftovers(ctx, t)...); len(left) > 0 {
 		t.Errorf("left on the node after helm uninstall: %q", left)
 	}
 	if out := strings.TrimSpace(e.exec(ctx, "sh", "-c", "ls /var/lib/kubelet/plugins_registry/ | grep accel-dra; true")); out != "" {

@@ -64,6 +64,10 @@ func mountShm(dir, size string) error {
 	return nil
 }
 
+// UnmountShm is unmountShm for the uninstall clean-up (pkg/cleanup), which removes the MPS
+// mounts a plugin left behind.
+func UnmountShm(dir string) error { return unmountShm(dir) }
+
 // unmountShm removes every mount on dir and then dir itself; a dir that does not exist is done.
 // A mount still in use (a file open through this path) is detached, which removes it from the
 // mount table now and frees it when the last user is gone.

@@ -83,7 +83,8 @@ The backend a driver runs: its own, or its mock when mock.enabled is set. Call w
 
 {{/* Image reference; call with (dict "root" $ "image" .Values.plugin.image). */}}
 {{- define "accel-dra.image" -}}
-{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
+{{- /* The release's images are tagged "v" and the chart's appVersion (make image, Makefile). */}}
+{{- printf "%s:%s" .image.repository (default (printf "v%s" .root.Chart.AppVersion) .image.tag) }}
 {{- end }}
 
 {{/*
