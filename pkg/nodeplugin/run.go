@@ -49,7 +49,7 @@ func Run(ctx context.Context, o *Options) error {
 
 	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
 	// while the plugin starts.
-	m := metrics.NewPlugin(o.DriverName)
+	m, calls := newMetrics(o.DriverName)
 	start := newStartup()
 	if o.HTTPAddress != "" {
 		srv, err := serveHTTP(ctx, o.HTTPAddress, m, start, o.Profiling)
@@ -129,7 +129,8 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	defer func() { _ = store.Close() }()
 
-	calls := newCallMetrics(o.DriverName, m.Registry)
+	// Node-wide hardware events are counted by one plugin process of the node (metrics.Reporter).
+	defer electReporter(ctx, o, m)()
 	cfg, err := o.Kube.RESTConfig("accel-dra-kubelet-plugin/" + o.NodeName)
 	if err != nil {
 		return err
@@ -139,12 +140,18 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName)
+	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName, o.EventsNamespace)
 	defer stopEvents()
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)
 	if err != nil {
 		return err
+	}
+	if mps != nil {
+		mps.Daemons = countedDaemons{Daemons: mps.Daemons, m: m}
+	}
+	if partitioner != nil {
+		partitioner = countedPartitioner{Partitioner: partitioner, m: m}
 	}
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
@@ -166,7 +173,7 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
 	if watchHealth {
-		if err := enableHealth(o, drv, watcher, inv, boot); err != nil {
+		if err := enableHealth(o, drv, watcher, inv, boot, m); err != nil {
 			return err
 		}
 	}
@@ -236,7 +243,9 @@ func Run(ctx context.Context, o *Options) error {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			newDriverWatch(src, drv, common, inv.ResolveControlNodes).run(ctx, o.DriverCheckInterval)
+			w := newDriverWatch(src, drv, common, inv.ResolveControlNodes)
+			w.changed = m.CountDriverChange
+			w.run(ctx, o.DriverCheckInterval)
 		}()
 		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
 		defer func() { <-watched }()
@@ -285,11 +294,38 @@ func (s nodeEventSink) Normal(reason, message string) {
 }
 
 // nodeEvents reports on the Node object, where an operator looks when a node has fewer devices
-// than expected.
-func nodeEvents(kube kubernetes.Interface, nodeName, driverName string) (driver.EventSink, func()) {
+// than expected. The events are stored in namespace: client-go's recorder would put an event
+// about a cluster-scoped object into "default", where the plugin need not be allowed to write;
+// kubectl describe node finds them in any namespace (it lists a Node's events across all).
+func nodeEvents(kube kubernetes.Interface, nodeName, driverName, namespace string) (driver.EventSink, func()) {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	b.StartRecordingToSink(namespacedSink{namespace: namespace, events: kube.CoreV1().Events(namespace)})
 	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driverName, Host: nodeName})
 	ref := &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
 	return nodeEventSink{rec: rec, ref: ref}, b.Shutdown
+}
+
+// namespacedSink stores every event in one namespace, whatever namespace the recorder gave it
+// (its involvedObject, a Node, keeps none).
+type namespacedSink struct {
+	namespace string
+	events    typedcorev1.EventInterface
+}
+
+func (s namespacedSink) in(e *corev1.Event) *corev1.Event {
+	e = e.DeepCopy()
+	e.Namespace = s.namespace
+	return e
+}
+
+func (s namespacedSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	return s.events.CreateWithEventNamespace(s.in(e))
+}
+
+func (s namespacedSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	return s.events.UpdateWithEventNamespace(s.in(e))
+}
+
+func (s namespacedSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return s.events.PatchWithEventNamespace(s.in(e), data)
 }
