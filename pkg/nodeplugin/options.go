@@ -102,11 +102,11 @@ type Options struct {
 	// MPSDaemonNamespace, running MPSDaemonImage) or MPSDaemonsProcess (child processes).
 	MPSDaemons                 string
 	MPSDaemonNamespace         string
+	MPSDaemonImage             string
+	MPSDaemonPriorityClassName string
 	// EventsNamespace is where the plugin's events about its Node are stored (default
 	// $POD_NAMESPACE, else "default").
 	EventsNamespace string
-	MPSDaemonImage             string
-	MPSDaemonPriorityClassName string
 }
 
 // GPU mock driver roots (--mock-driver-root).
