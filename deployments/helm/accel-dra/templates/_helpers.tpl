@@ -185,3 +185,8 @@ Kubernetes or the plugin cannot take.
 maxSurge: {{ ternary ($surge | quote) ($surge | int | toString) (kindIs "string" $surge) }}
 maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString) (kindIs "string" $unavailable) }}
 {{- end }}
+
+{{/* Where the plugins store their events about Nodes (rbac.nodeEventsNamespace, else the release's). */}}
+{{- define "accel-dra.eventsNamespace" -}}
+{{- default .Release.Namespace .Values.rbac.nodeEventsNamespace }}
+{{- end }}
