@@ -2,6 +2,8 @@ package helm
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -504,5 +506,29 @@ func TestEventsNamespace(t *testing.T) {
 	}
 	if _, err := render(Options{Values: map[string]any{"rbac": map[string]any{"nodeEventsNamespace": "Not_A_Namespace"}}}); err == nil {
 		t.Error("an invalid namespace rendered, want a schema error")
+	}
+}
+
+var docMetric = regexp.MustCompile("accel_dra_[a-z0-9_]+")
+
+// TestObservabilityDocListsEveryMetric: docs/observability.md names every accel_dra_* metric the
+// binaries register, and no other.
+func TestObservabilityDocListsEveryMetric(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := registeredMetrics()
+	inDoc := map[string]bool{}
+	for _, n := range docMetric.FindAllString(string(doc), -1) {
+		inDoc[n] = true
+		if !registeredName(registered, n) {
+			t.Errorf("docs/observability.md names %s, which neither binary registers", n)
+		}
+	}
+	for n := range registered {
+		if strings.HasPrefix(n, "accel_dra_") && !inDoc[n] {
+			t.Errorf("%s is registered but not in docs/observability.md", n)
+		}
 	}
 }
