@@ -532,3 +532,21 @@ func TestObservabilityDocListsEveryMetric(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitoringSchemaRefuses: mistakes in the monitoring values fail before anything renders.
+func TestMonitoringSchemaRefuses(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"unknown key":          {"monitoring": map[string]any{"serviceMonitor": map[string]any{"enable": true}}},
+		"bad interval":         {"monitoring": map[string]any{"podMonitor": map[string]any{"interval": "30 seconds"}}},
+		"bad for":              {"monitoring": map[string]any{"prometheusRule": map[string]any{"deviceUnhealthyFor": "5"}}},
+		"zero p99":             {"monitoring": map[string]any{"prometheusRule": map[string]any{"prepareP99Seconds": 0}}},
+		"non-string label":     {"monitoring": map[string]any{"grafanaDashboard": map[string]any{"labels": map[string]any{"grafana_dashboard": 1}}}},
+		"bad dashboard namesp": {"monitoring": map[string]any{"grafanaDashboard": map[string]any{"namespace": "Monitoring"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := render(Options{Values: vals}); err == nil {
+				t.Errorf("values %v rendered, want a schema error", vals)
+			}
+		})
+	}
+}

@@ -208,29 +208,21 @@ func (m *Plugin) reporting() bool {
 
 // CountXID counts an XID event of the GPU uuid, if this process is the node's reporter.
 func (m *Plugin) CountXID(uuid string, xid uint64) {
-	m.reporterMu.Lock()
-	defer m.reporterMu.Unlock()
-	if m.reporting() {
-		m.XIDEvents.WithLabelValues(uuid, strconv.FormatUint(xid, 10)).Inc()
-	}
+	m.onReporter(m.XIDEvents.WithLabelValues(uuid, strconv.FormatUint(xid, 10)))
 }
 
 // CountECC counts an uncorrectable ECC event of the GPU uuid, if this process is the node's
 // reporter.
-func (m *Plugin) CountECC(uuid string) {
-	m.reporterMu.Lock()
-	defer m.reporterMu.Unlock()
-	if m.reporting() {
-		m.ECCEvents.WithLabelValues(uuid).Inc()
-	}
-}
+func (m *Plugin) CountECC(uuid string) { m.onReporter(m.ECCEvents.WithLabelValues(uuid)) }
 
 // CountDriverChange counts a change of the driver, if this process is the node's reporter.
-func (m *Plugin) CountDriverChange() {
+func (m *Plugin) CountDriverChange() { m.onReporter(m.DriverChanges) }
+
+func (m *Plugin) onReporter(c prometheus.Counter) {
 	m.reporterMu.Lock()
 	defer m.reporterMu.Unlock()
 	if m.reporting() {
-		m.DriverChanges.Inc()
+		c.Inc()
 	}
 }
 
