@@ -424,10 +424,10 @@ func TestRBACIsMinimal(t *testing.T) {
 		t.Errorf("plugin ClusterRole rules (-want +got):\n%s", diff)
 	}
 	role := toTyped[rbacv1.Role](t, r.Find("Role", DefaultReleaseName+"-plugin-node-events"))
-	if role.Namespace != DefaultNamespace {
-		t.Errorf("events Role in namespace %q, want the release's (where the plugin stores its Node events)", role.Namespace)
+	if role.Namespace != "default" {
+		t.Errorf("events Role in namespace %q, want default (where events about Nodes go)", role.Namespace)
 	}
-	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, role.Rules); diff != "" {
+	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, role.Rules); diff != "" {
 		t.Errorf("events Role rules (-want +got):\n%s", diff)
 	}
 	// The GPU plugin's MPS control daemon pods, in the release namespace only, for its own

@@ -466,15 +466,14 @@ func TestAlertThresholdsFollowValues(t *testing.T) {
 	}
 }
 
-// TestEventsNamespace: the plugin stores its Node events where its Role lets it write: the
-// release namespace by default (not default, where nothing else of the release is), or
-// rbac.nodeEventsNamespace.
+// TestEventsNamespace: the plugin stores its Node events where its Role lets it write,
+// rbac.nodeEventsNamespace; a namespace the API server would not take them in is refused.
 func TestEventsNamespace(t *testing.T) {
 	for name, tc := range map[string]struct {
 		values map[string]any
 		want   string
 	}{
-		"default": {nil, DefaultNamespace},
+		"default": {nil, "default"},
 		"set":     {map[string]any{"rbac": map[string]any{"nodeEventsNamespace": "kube-system"}}, "kube-system"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -504,8 +503,8 @@ func TestEventsNamespace(t *testing.T) {
 			}
 		})
 	}
-	if _, err := render(Options{Values: map[string]any{"rbac": map[string]any{"nodeEventsNamespace": "Not_A_Namespace"}}}); err == nil {
-		t.Error("an invalid namespace rendered, want a schema error")
+	if _, err := render(Options{Values: map[string]any{"rbac": map[string]any{"nodeEventsNamespace": DefaultNamespace}}}); err == nil {
+		t.Error("events in the release namespace rendered, want a schema error: the API server refuses events about a Node there")
 	}
 }
 

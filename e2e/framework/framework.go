@@ -193,13 +193,6 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 	}
 	p.Args = append([]string{bin}, args...)
 	p.Args = append(p.Args, o.ExtraArgs...)
-	// The plugin stores its Node events in the namespace the chart gives it, the release's,
-	// which an install has.
-	if ns, ok := helm.FlagValue(args, "events-namespace"); ok {
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating the plugin's events namespace: %w", err)
-		}
-	}
 	if err := p.start(ctx); err != nil {
 		return nil, err
 	}

@@ -5,63 +5,14 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
-
-// TestNodeEventsNamespace: the plugin's events about its Node are stored in the namespace it is
-// given (the chart's release namespace, where its Role allows it to write), not in "default",
-// and still name the Node, which has no namespace.
-func TestNodeEventsNamespace(t *testing.T) {
-	kube := fake.NewClientset()
-	sink, stop := nodeEvents(kube, "node-a", GPUDriverName, "accel-dra")
-	defer stop()
-	sink.Warning("InvalidDevice", "gpu.accel-dra.io: device gpu-1 left out")
-	var got []corev1.Event
-	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		got = list.Items
-		return len(got) > 0, nil
-	})
-	if err != nil {
-		t.Fatalf("no event recorded: %v", err)
-	}
-	for _, e := range got {
-		if e.Namespace != "accel-dra" {
-			t.Errorf("event %s stored in namespace %q, want accel-dra", e.Name, e.Namespace)
-		}
-		if o := e.InvolvedObject; o.Kind != "Node" || o.Name != "node-a" || o.Namespace != "" {
-			t.Errorf("event about %+v, want Node node-a without a namespace", o)
-		}
-	}
-}
-
-func TestEventsNamespaceOption(t *testing.T) {
-	for env, want := range map[string]string{"": "default", "accel-dra": "accel-dra"} {
-		t.Setenv("POD_NAMESPACE", env)
-		o := NewOptions()
-		o.NodeName = "node-a"
-		if err := o.Complete(); err != nil {
-			t.Fatal(err)
-		}
-		if o.EventsNamespace != want {
-			t.Errorf("$POD_NAMESPACE=%q: events namespace %q, want %q", env, o.EventsNamespace, want)
-		}
-	}
-}
 
 type fakePartitioner struct {
 	device.Partitioner

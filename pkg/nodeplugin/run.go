@@ -11,13 +11,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -140,7 +136,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName, o.EventsNamespace)
+	events, stopEvents := nodeEvents(ctx, kube, o.NodeName, o.DriverName, o.EventsNamespace)
 	defer stopEvents()
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)
@@ -278,54 +274,4 @@ func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, start *start
 		}
 	}()
 	return srv, nil
-}
-
-type nodeEventSink struct {
-	rec record.EventRecorder
-	ref *corev1.ObjectReference
-}
-
-func (s nodeEventSink) Warning(reason, message string) {
-	s.rec.Event(s.ref, corev1.EventTypeWarning, reason, message)
-}
-
-func (s nodeEventSink) Normal(reason, message string) {
-	s.rec.Event(s.ref, corev1.EventTypeNormal, reason, message)
-}
-
-// nodeEvents reports on the Node object, where an operator looks when a node has fewer devices
-// than expected. The events are stored in namespace: client-go's recorder would put an event
-// about a cluster-scoped object into "default", where the plugin need not be allowed to write;
-// kubectl describe node finds them in any namespace (it lists a Node's events across all).
-func nodeEvents(kube kubernetes.Interface, nodeName, driverName, namespace string) (driver.EventSink, func()) {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(namespacedSink{namespace: namespace, events: kube.CoreV1().Events(namespace)})
-	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driverName, Host: nodeName})
-	ref := &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
-	return nodeEventSink{rec: rec, ref: ref}, b.Shutdown
-}
-
-// namespacedSink stores every event in one namespace, whatever namespace the recorder gave it
-// (its involvedObject, a Node, keeps none).
-type namespacedSink struct {
-	namespace string
-	events    typedcorev1.EventInterface
-}
-
-func (s namespacedSink) in(e *corev1.Event) *corev1.Event {
-	e = e.DeepCopy()
-	e.Namespace = s.namespace
-	return e
-}
-
-func (s namespacedSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	return s.events.CreateWithEventNamespace(s.in(e))
-}
-
-func (s namespacedSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	return s.events.UpdateWithEventNamespace(s.in(e))
-}
-
-func (s namespacedSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	return s.events.PatchWithEventNamespace(s.in(e), data)
 }

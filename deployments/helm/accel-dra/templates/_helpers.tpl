@@ -186,7 +186,7 @@ maxSurge: {{ ternary ($surge | quote) ($surge | int | toString) (kindIs "string"
 maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString) (kindIs "string" $unavailable) }}
 {{- end }}
 
-{{/* Where the plugins store their events about Nodes (rbac.nodeEventsNamespace, else the release's). */}}
+{{/* Where the plugins store their events about Nodes. */}}
 {{- define "accel-dra.eventsNamespace" -}}
-{{- default .Release.Namespace .Values.rbac.nodeEventsNamespace }}
+{{- .Values.rbac.nodeEventsNamespace }}
 {{- end }}
