@@ -115,7 +115,7 @@ func NewPlugin(driver string) *Plugin {
 		}, []string{"device", "state"}),
 		DeviceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "device_info", ConstLabels: labels,
-			Help: "1 for each device published in this node's ResourceSlices, with its identity: join on uuid or pci_bus_id with other exporters (DCGM).",
+			Help: "1 for each device published in this node's ResourceSlices, with its identity: join on uuid with other exporters (DCGM's UUID).",
 		}, deviceInfoLabels),
 		PublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "resourceslice_publish_errors_total", ConstLabels: labels,
@@ -143,7 +143,7 @@ func NewPlugin(driver string) *Plugin {
 		}),
 		NodeReporter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "node_reporter", ConstLabels: labels,
-			Help: "1 if this process counts the node's hardware events (it holds the node's reporter lock), 0 if another plugin process on the node does (rolling update).",
+			Help: "1 if this process counts the node's hardware events (it holds the node's reporter lock), 0 if another plugin process on the node does (rolling update) or this one is still starting.",
 		}),
 	}
 	// Known label values start at zero, so that an alert on increase() sees the first error.
@@ -161,7 +161,6 @@ func NewPlugin(driver string) *Plugin {
 	for _, kind := range CheckpointErrorKinds {
 		m.CheckpointErrors.WithLabelValues(kind)
 	}
-	m.NodeReporter.Set(1)
 	m.Registry.MustRegister(
 		m.PrepareSeconds, m.UnprepareSeconds, m.PreparedClaims, m.PublishedDevices,
 		m.RejectedDevices, m.OmittedAttributes, m.CheckpointErrors, m.DeviceHealth,

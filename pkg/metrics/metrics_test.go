@@ -95,7 +95,7 @@ func TestDeviceInfoFollowsDevices(t *testing.T) {
 		MIG: &device.MIG{ParentUUID: "GPU-1", Dynamic: true}}
 	p.SetDevices([][]string{DeviceInfoOf("node-a", gpu0), DeviceInfoOf("node-a", gpu1), DeviceInfoOf("node-a", mig)})
 	want := `
-# HELP accel_dra_device_info 1 for each device published in this node's ResourceSlices, with its identity: join on uuid or pci_bus_id with other exporters (DCGM).
+# HELP accel_dra_device_info 1 for each device published in this node's ResourceSlices, with its identity: join on uuid with other exporters (DCGM's UUID).
 # TYPE accel_dra_device_info gauge
 accel_dra_device_info{device="gpu-0",driver="gpu.accel-dra.io",numa_node="0",parent_uuid="",pci_bus_id="0000:17:00.0",pool="node-a",product="NVIDIA H100 80GB HBM3",uuid="GPU-0"} 1
 accel_dra_device_info{device="gpu-1",driver="gpu.accel-dra.io",numa_node="",parent_uuid="",pci_bus_id="0000:2a:00.0",pool="node-a",product="NVIDIA H100 80GB HBM3",uuid="GPU-1"} 1
