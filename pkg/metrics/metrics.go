@@ -77,6 +77,18 @@ var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.
 // NewPlugin registers the plugin's metrics, labelled with the driver name, on a new registry.
 func NewPlugin(driver string) *Plugin {
 	labels := prometheus.Labels{"driver": driver}
+	counters := func(name, help string, by ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, ConstLabels: labels, Help: help}, by)
+	}
+	gauges := func(name, help string, by ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, ConstLabels: labels, Help: help}, by)
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, ConstLabels: labels, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, ConstLabels: labels, Help: help})
+	}
 	m := &Plugin{
 		Registry: prometheus.NewRegistry(),
 		PrepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -89,62 +101,34 @@ func NewPlugin(driver string) *Plugin {
 			Help:    "Time to unprepare one ResourceClaim, by result (success, error).",
 			Buckets: latencyBuckets,
 		}, []string{"result"}),
-		PreparedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "prepared_claims", ConstLabels: labels,
-			Help: "ResourceClaims currently prepared on this node.",
-		}),
-		PublishedDevices: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "published_devices", ConstLabels: labels,
-			Help: "Devices published in this node's ResourceSlices.",
-		}),
-		RejectedDevices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "rejected_devices", ConstLabels: labels,
-			Help: "Devices found on this node but left out of its ResourceSlices, by reason.",
-		}, []string{"reason"}),
-		OmittedAttributes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "omitted_attributes", ConstLabels: labels,
-			Help: "Published devices on this node without an attribute whose value could not be represented, by attribute.",
-		}, []string{"attribute"}),
-		CheckpointErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "checkpoint_errors_total", ConstLabels: labels,
-			Help: "Checkpoint records found corrupt or unreadable and moved aside, or failed writes.",
-		}, []string{"kind"}),
-		DeviceHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "device_health", ConstLabels: labels,
-			Help: "Health of each device on this node: 1 for its current state (Healthy, Unhealthy, Unknown), 0 for the others.",
-		}, []string{"device", "state"}),
-		DeviceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "device_info", ConstLabels: labels,
-			Help: "1 for each device published in this node's ResourceSlices, with its identity: join on uuid with other exporters (DCGM's UUID).",
-		}, deviceInfoLabels),
-		PublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "resourceslice_publish_errors_total", ConstLabels: labels,
-			Help: "Failed attempts to write this node's ResourceSlices (retried), by kind (dropped_fields, error).",
-		}, []string{"kind"}),
-		MIGOperations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "mig_operations_total", ConstLabels: labels,
-			Help: "Dynamic-MIG instances created and destroyed by this process, by operation (create, destroy) and result (success, error).",
-		}, []string{"operation", "result"}),
-		MPSDaemonStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "mps_daemon_starts_total", ConstLabels: labels,
-			Help: "MPS control daemons started by this process, by result (success, error).",
-		}, []string{"result"}),
-		XIDEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "xid_events_total", ConstLabels: labels,
-			Help: "NVIDIA XID events by GPU (uuid of the physical GPU) and XID, ignored ones included; counted by the node's reporter only.",
-		}, []string{"uuid", "xid"}),
-		ECCEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ecc_events_total", ConstLabels: labels,
-			Help: "Uncorrectable (double-bit) ECC error events by GPU (uuid of the physical GPU); counted by the node's reporter only.",
-		}, []string{"uuid"}),
-		DriverChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "driver_changes_total", ConstLabels: labels,
-			Help: "Changes of the accelerator driver's files (an upgrade) after which the CDI edits were recomputed; counted by the node's reporter only.",
-		}),
-		NodeReporter: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "node_reporter", ConstLabels: labels,
-			Help: "1 if this process counts the node's hardware events (it holds the node's reporter lock), 0 if another plugin process on the node does (rolling update) or this one is still starting.",
-		}),
+		PreparedClaims: gauge("prepared_claims",
+			"ResourceClaims currently prepared on this node."),
+		PublishedDevices: gauge("published_devices",
+			"Devices published in this node's ResourceSlices."),
+		RejectedDevices: gauges("rejected_devices",
+			"Devices found on this node but left out of its ResourceSlices, by reason.", "reason"),
+		OmittedAttributes: gauges("omitted_attributes",
+			"Published devices on this node without an attribute whose value could not be represented, by attribute.", "attribute"),
+		CheckpointErrors: counters("checkpoint_errors_total",
+			"Checkpoint records found corrupt or unreadable and moved aside, or failed writes.", "kind"),
+		DeviceHealth: gauges("device_health",
+			"Health of each device on this node: 1 for its current state (Healthy, Unhealthy, Unknown), 0 for the others.", "device", "state"),
+		DeviceInfo: gauges("device_info",
+			"1 for each device published in this node's ResourceSlices, with its identity: join on uuid with other exporters (DCGM's UUID).", deviceInfoLabels...),
+		PublishErrors: counters("resourceslice_publish_errors_total",
+			"Failed attempts to write this node's ResourceSlices (retried), by kind (dropped_fields, error).", "kind"),
+		MIGOperations: counters("mig_operations_total",
+			"Dynamic-MIG instances created and destroyed by this process, by operation (create, destroy) and result (success, error).", "operation", "result"),
+		MPSDaemonStarts: counters("mps_daemon_starts_total",
+			"MPS control daemons started by this process, by result (success, error).", "result"),
+		XIDEvents: counters("xid_events_total",
+			"NVIDIA XID events by GPU (uuid of the physical GPU) and XID, ignored ones included; counted by the node's reporter only.", "uuid", "xid"),
+		ECCEvents: counters("ecc_events_total",
+			"Uncorrectable (double-bit) ECC error events by GPU (uuid of the physical GPU); counted by the node's reporter only.", "uuid"),
+		DriverChanges: counter("driver_changes_total",
+			"Changes of the accelerator driver's files (an upgrade) after which the CDI edits were recomputed; counted by the node's reporter only."),
+		NodeReporter: gauge("node_reporter",
+			"1 if this process counts the node's hardware events (it holds the node's reporter lock), 0 if another plugin process on the node does (rolling update) or this one is still starting."),
 	}
 	// Known label values start at zero, so that an alert on increase() sees the first error.
 	for _, kind := range []string{PublishDroppedFields, PublishError} {
