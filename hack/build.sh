@@ -7,6 +7,7 @@
 #              and BIN/<binary> as well for the host's platform, which is what the e2e tests,
 #              the demo and the benchmarks run (ACCEL_DRA_BIN_DIR=BIN)
 #   GO         the go command (default go)
+#   VERSION, REVISION  the labels of accel_dra_build_info (default: git describe, git rev-parse)
 #   ONLY_<os>_<arch>  build only these binaries (space-separated names) for that platform, e.g.
 #              CI's ONLY_linux_arm64: the cgo plugin and its hook
 #   CC_<arch>  the C cross compiler for a foreign arch (default CC_arm64=aarch64-linux-gnu-gcc,
@@ -36,8 +37,12 @@ CGO_BINARIES=" accel-dra-kubelet-plugin nvidia-cdi-hook "
 # it is linked statically (go-nvml makes it cgo; the hooks the specs name never load NVML, so
 # glibc's warning about dlopen in a static binary does not apply to them).
 STATIC_BINARIES=" nvidia-cdi-hook "
+# VERSION and REVISION label accel_dra_build_info (pkg/metrics); by default from git, "dev" and
+# "unknown" without it (the image build has no .git: pass them in).
+VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+REVISION=${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 # -trimpath: no build machine paths in the binaries; -s -w: no symbol tables or DWARF.
-FLAGS=(-trimpath -ldflags "-s -w")
+FLAGS=(-trimpath -ldflags "-s -w -X github.com/accel-dra/accel-dra/pkg/metrics.Version=$VERSION -X github.com/accel-dra/accel-dra/pkg/metrics.Revision=$REVISION")
 : "${CC_arm64:=aarch64-linux-gnu-gcc}"
 : "${CC_amd64:=x86_64-linux-gnu-gcc}"
 

@@ -18,7 +18,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 	"github.com/accel-dra/accel-dra/pkg/publisher"
@@ -193,7 +192,7 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 	for name, vs := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			for _, o := range renderSet(t, vs).Objects {
-				typed, err := scheme.Scheme.New(o.GroupVersionKind())
+				typed, err := testScheme.New(o.GroupVersionKind())
 				if err != nil {
 					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
 					continue
@@ -428,7 +427,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	if role.Namespace != "default" {
 		t.Errorf("events Role in namespace %q, want default (where events about Nodes go)", role.Namespace)
 	}
-	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, role.Rules); diff != "" {
+	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, role.Rules); diff != "" {
 		t.Errorf("events Role rules (-want +got):\n%s", diff)
 	}
 	// The GPU plugin's MPS control daemon pods, in the release namespace only, for its own

@@ -160,6 +160,10 @@ func (e *env) testXID(t *testing.T) {
 	if v, err := e.plugin.Metric("accel_dra_device_health", `device="gpu-3"`, `state="Unhealthy"`); err != nil || v != 1 {
 		t.Errorf("accel_dra_device_health{device=gpu-3,state=Unhealthy} = %v, %v; want 1", v, err)
 	}
+	// The XID is counted once, by the GPU's UUID and the XID (docs/observability.md).
+	if v, err := e.plugin.Metric("accel_dra_xid_events_total", `uuid="`+e.uuids["gpu-3"]+`"`, `xid="48"`); err != nil || v != 1 {
+		t.Errorf("accel_dra_xid_events_total{uuid=<gpu-3>,xid=48} = %v, %v; want 1", v, err)
+	}
 
 	e.recover(t, "gpu-3")
 	e.waitTaint(t, "gpu-3", xidKey, false)

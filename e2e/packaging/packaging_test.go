@@ -658,8 +658,9 @@ func (e *env) testPluginRBAC(ctx context.Context, t *testing.T, r *helm.Rendered
 		{"resource.k8s.io", "resourceslices", "delete", ""},
 		{"resource.k8s.io", "resourceclaims", "get", "team-a"},
 		{"", "nodes", "get", ""},
-		{"", "events", "create", "default"},
-		{"", "events", "patch", "default"},
+		// Node events, through events.k8s.io, in rbac.nodeEventsNamespace (docs/observability.md).
+		{"events.k8s.io", "events", "create", "default"},
+		{"events.k8s.io", "events", "patch", "default"},
 	}
 	denied := []access{
 		{"resource.k8s.io", "resourceslices", "deletecollection", ""},
@@ -671,7 +672,8 @@ func (e *env) testPluginRBAC(ctx context.Context, t *testing.T, r *helm.Rendered
 		{"", "nodes", "list", ""},
 		{"", "nodes", "update", ""},
 		{"", "nodes", "patch", ""},
-		{"", "events", "create", "team-a"},
+		{"", "events", "create", "default"},
+		{"events.k8s.io", "events", "create", "team-a"},
 		{"", "pods", "list", ""},
 		{"", "pods", "get", "team-a"},
 		{"", "pods", "create", "team-a"},

@@ -206,6 +206,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		opts.Metrics.OmittedAttributes.WithLabelValues(attr).Set(n)
 	}
 	opts.Metrics.PublishedDevices.Set(float64(len(built.Published)))
+	info := make([][]string, 0, len(built.Published))
+	for _, name := range built.Published {
+		if dev := d.devices[name]; dev != nil {
+			info = append(info, metrics.DeviceInfoOf(opts.NodeName, *dev))
+		}
+	}
+	opts.Metrics.SetDevices(info)
 	logger.Info("Devices found", "driver", opts.DriverName, "published", len(built.Published), "rejected", len(built.Rejected), "failed", len(opts.Inventory.Failed))
 	l, err := opts.State.Lock()
 	if err != nil {
@@ -1012,6 +1019,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, c kubeletplugin.NamespacedO
 // the driver validates devices before publishing, so an invalid slice here is a bug worth a loud
 // log rather than an exit that would turn into a crash loop.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	kind := metrics.PublishError
+	if errors.As(err, new(*resourceslice.DroppedFieldsError)) {
+		kind = metrics.PublishDroppedFields
+	}
+	d.opts.Metrics.PublishErrors.WithLabelValues(kind).Inc()
 	runtime.HandleErrorWithContext(ctx, err, msg)
 }
 

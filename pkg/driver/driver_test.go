@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -462,5 +464,25 @@ func TestRejectedDeviceIsReported(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.metrics.PublishedDevices); got != 1 {
 		t.Fatalf("published_devices = %v, want 1", got)
+	}
+	// accel_dra_device_info has the published device only, with its identity.
+	if n := testutil.CollectAndCount(e.metrics.DeviceInfo); n != 1 {
+		t.Errorf("device_info has %d series, want the one published device", n)
+	}
+	if got := testutil.ToFloat64(e.metrics.DeviceInfo.WithLabelValues(metrics.DeviceInfoOf(nodeName, inv.Devices[0])...)); got != 1 {
+		t.Errorf("device_info of gpu-0 = %v, want 1", got)
+	}
+}
+
+// TestPublishErrorsAreCounted: the slice controller's errors reach HandleError, which counts
+// them by kind, so that an alert sees a node whose slices cannot be written.
+func TestPublishErrorsAreCounted(t *testing.T) {
+	e := newEnv(t, inventory(1))
+	e.drv.HandleError(t.Context(), errors.New("resourceslices is forbidden"), "publishing")
+	e.drv.HandleError(t.Context(), fmt.Errorf("wrapped: %w", &resourceslice.DroppedFieldsError{PoolName: nodeName}), "publishing")
+	for kind, want := range map[string]float64{metrics.PublishError: 1, metrics.PublishDroppedFields: 1} {
+		if got := testutil.ToFloat64(e.metrics.PublishErrors.WithLabelValues(kind)); got != want {
+			t.Errorf("resourceslice_publish_errors_total{kind=%s} = %v, want %v", kind, got, want)
+		}
 	}
 }

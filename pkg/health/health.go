@@ -236,6 +236,19 @@ type SourceConfig struct {
 	// TransientHold is how long a fault the hardware needs no recovery action for stays
 	// reported (Event.Hold); zero means DefaultTransientHold.
 	TransientHold time.Duration
+	// Observed, if set, is called once for each hardware error event the source receives (not
+	// once per device on the GPU, as Events are), whether or not it makes a device unhealthy:
+	// for the metrics of XIDs and ECC errors. It is called from the source's goroutine.
+	Observed func(HardwareEvent)
+}
+
+// HardwareEvent is an error event of one physical device, for metrics.
+type HardwareEvent struct {
+	// UUID is the physical GPU's.
+	UUID string
+	// Cause is CauseXID (with XID) or CauseECC (an uncorrectable ECC error).
+	Cause Cause
+	XID   uint64
 }
 
 // DefaultTransientHold keeps a transient fault visible long enough for the kubelet to show it in

@@ -307,6 +307,8 @@ type driverWatch struct {
 	// written with the nodes of then.
 	control func() ([]device.Node, error)
 	written []device.Node
+	// changed, if set, is called for each change of the driver handed to the sink (a metric).
+	changed func()
 }
 
 func newDriverWatch(src *driverSource, sink EditsSink, current *specs.ContainerEdits, control func() ([]device.Node, error)) *driverWatch {
@@ -361,6 +363,9 @@ func (w *driverWatch) check(ctx context.Context) (bool, error) {
 		return true, fmt.Errorf("putting the new driver's CDI edits into prepared claims' specs: %w", err)
 	}
 	w.current, w.print = edits, print
+	if w.changed != nil {
+		w.changed()
+	}
 	klog.FromContext(ctx).Info("The driver changed: CDI edits recomputed", "kind", w.src.kind, "mounts", len(edits.Mounts), "specsRewritten", n)
 	return true, nil
 }

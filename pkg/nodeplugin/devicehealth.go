@@ -6,6 +6,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/health"
+	"github.com/accel-dra/accel-dra/pkg/metrics"
 )
 
 // HealthStateFile is where, under the plugin data directory, device health conditions are kept
@@ -13,7 +14,7 @@ import (
 const HealthStateFile = "health/state.json"
 
 // enableHealth turns device health on in the driver, with the backend's health source.
-func enableHealth(o *Options, drv *driver.Driver, w health.Watcher, inv *device.Inventory, boot string) error {
+func enableHealth(o *Options, drv *driver.Driver, w health.Watcher, inv *device.Inventory, boot string, m *metrics.Plugin) error {
 	effects, err := health.ParseEffects(o.DeviceTaintEffects)
 	if err != nil {
 		return err
@@ -22,7 +23,7 @@ func enableHealth(o *Options, drv *driver.Driver, w health.Watcher, inv *device.
 	for i, x := range o.IgnoredXIDs {
 		ignored[i] = uint64(x)
 	}
-	src := w.HealthSource(inv.Devices, health.SourceConfig{Classifier: health.NewClassifier(ignored)})
+	src := w.HealthSource(inv.Devices, health.SourceConfig{Classifier: health.NewClassifier(ignored), Observed: observeHardware(m)})
 	return drv.EnableHealth(driver.HealthOptions{
 		Source: src, StatePath: filepath.Join(o.PluginDataDir, HealthStateFile), BootID: boot, Effects: effects,
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -156,6 +157,8 @@ func TestDriverChange(t *testing.T) {
 			}
 
 			w := newDriverWatch(src, drv, edits, nil)
+			m := metrics.NewPlugin(driverName)
+			w.changed = m.CountDriverChange
 			if changed, err := w.check(ctx); changed || err != nil {
 				t.Fatalf("unchanged driver: changed %v, %v", changed, err)
 			}
@@ -164,8 +167,14 @@ func TestDriverChange(t *testing.T) {
 				t.Fatalf("a change that leaves the edits as they are: changed %v, %v", changed, err)
 			}
 			upgrade(src.root)
+			if got := testutil.ToFloat64(m.DriverChanges); got != 0 {
+				t.Errorf("accel_dra_driver_changes_total %v before the upgrade, want 0", got)
+			}
 			if changed, err := w.check(ctx); !changed || err != nil {
 				t.Fatalf("driver upgrade not noticed: changed %v, %v", changed, err)
+			}
+			if got := testutil.ToFloat64(m.DriverChanges); got != 1 {
+				t.Errorf("accel_dra_driver_changes_total %v after the upgrade, want 1", got)
 			}
 			prepare("new", 2)
 			for _, uid := range []string{"old", "new"} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
@@ -103,6 +104,9 @@ type Options struct {
 	MPSDaemonNamespace         string
 	MPSDaemonImage             string
 	MPSDaemonPriorityClassName string
+	// EventsNamespace is where the plugin's events about its Node are stored: default or
+	// kube-system (EventsNamespaces).
+	EventsNamespace string
 }
 
 // GPU mock driver roots (--mock-driver-root).
@@ -126,6 +130,7 @@ func NewOptions() *Options {
 		// A plugin run by hand or by the e2e harness is a host process; the chart sets pod.
 		MPSDaemons:         MPSDaemonsProcess,
 		MPSDaemonNamespace: os.Getenv("POD_NAMESPACE"),
+		EventsNamespace:    metav1.NamespaceDefault,
 		NVIDIADriverRoot:   "/",
 		MockDriverRoot:     MockDriverRootGenerate,
 		NVIDIAProcRoot:     nvmlbackend.DefaultProcRoot,
@@ -175,6 +180,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.NVIDIASMIPath, "nvidia-smi-path", o.NVIDIASMIPath, "nvidia-smi used to set GPU time-slices for claims with sharing strategy TimeSlicing (default: usr/bin/nvidia-smi under --nvidia-driver-root, or the mock's driver root).")
 	fs.StringVar(&o.NVIDIAMPSControlPath, "nvidia-mps-control-path", o.NVIDIAMPSControlPath, "nvidia-cuda-mps-control that runs the MPS control daemons of claims with sharing strategy MPS, run as it is without chroot: a path on the host with --mps-daemons=pod (the daemon pods mount it), on this process's filesystem with --mps-daemons=process; for a stand-in that needs no driver root. Default: /usr/bin/nvidia-cuda-mps-control inside --nvidia-driver-root, run chrooted into it. Daemons live under <plugin data dir>/mps.")
 	fs.StringVar(&o.MPSDaemons, "mps-daemons", o.MPSDaemons, "Where MPS control daemons run: pod (one pod per daemon on this node, in --mps-daemon-namespace, running --mps-daemon-image: daemons outlive the plugin's pod, as the chart installs it) or process (child processes of the plugin, which end with its container: for a plugin that runs as a process on the host). See docs/sharing.md.")
+	fs.StringVar(&o.EventsNamespace, "events-namespace", o.EventsNamespace, fmt.Sprintf("Namespace the plugin's events about its Node are stored in, one of %v (the API server takes events about a cluster-scoped object only there); the plugin needs to create and patch events.k8s.io events in it.", EventsNamespaces))
 	fs.StringVar(&o.MPSDaemonNamespace, "mps-daemon-namespace", o.MPSDaemonNamespace, "Namespace of the MPS control daemon pods (default $POD_NAMESPACE, the plugin's own through the downward API).")
 	fs.StringVar(&o.MPSDaemonImage, "mps-daemon-image", o.MPSDaemonImage, "Image of the MPS control daemon pods: the plugin's own, whose binary runs each daemon.")
 	fs.StringVar(&o.MPSDaemonPriorityClassName, "mps-daemon-priority-class-name", o.MPSDaemonPriorityClassName, "Priority class of the MPS control daemon pods.")
@@ -206,6 +212,9 @@ func (o *Options) Complete() error {
 	}
 	if o.MockDir == "" {
 		o.MockDir = filepath.Join(o.PluginDataDir, "mock")
+	}
+	if err := validEventsNamespace(o.EventsNamespace); err != nil {
+		return err
 	}
 	switch {
 	case o.MockDriverRoot != MockDriverRootGenerate && o.MockDriverRoot != MockDriverRootUse:

@@ -11,13 +11,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -49,7 +45,7 @@ func Run(ctx context.Context, o *Options) error {
 
 	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
 	// while the plugin starts.
-	m := metrics.NewPlugin(o.DriverName)
+	m, calls := newMetrics(o.DriverName)
 	start := newStartup()
 	if o.HTTPAddress != "" {
 		srv, err := serveHTTP(ctx, o.HTTPAddress, m, start, o.Profiling)
@@ -129,7 +125,8 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	defer func() { _ = store.Close() }()
 
-	calls := newCallMetrics(o.DriverName, m.Registry)
+	// Node-wide hardware events are counted by one plugin process of the node (metrics.Reporter).
+	defer electReporter(ctx, o, m)()
 	cfg, err := o.Kube.RESTConfig("accel-dra-kubelet-plugin/" + o.NodeName)
 	if err != nil {
 		return err
@@ -139,12 +136,18 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName)
+	events, stopEvents := nodeEvents(ctx, kube, o.NodeName, o.DriverName, o.EventsNamespace)
 	defer stopEvents()
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)
 	if err != nil {
 		return err
+	}
+	if mps != nil {
+		mps.Daemons = countedDaemons{Daemons: mps.Daemons, m: m}
+	}
+	if partitioner != nil {
+		partitioner = countedPartitioner{Partitioner: partitioner, m: m}
 	}
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
@@ -166,7 +169,7 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
 	if watchHealth {
-		if err := enableHealth(o, drv, watcher, inv, boot); err != nil {
+		if err := enableHealth(o, drv, watcher, inv, boot, m); err != nil {
 			return err
 		}
 	}
@@ -236,7 +239,9 @@ func Run(ctx context.Context, o *Options) error {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			newDriverWatch(src, drv, common, inv.ResolveControlNodes).run(ctx, o.DriverCheckInterval)
+			w := newDriverWatch(src, drv, common, inv.ResolveControlNodes)
+			w.changed = m.CountDriverChange
+			w.run(ctx, o.DriverCheckInterval)
 		}()
 		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
 		defer func() { <-watched }()
@@ -269,27 +274,4 @@ func serveHTTP(ctx context.Context, addr string, m *metrics.Plugin, start *start
 		}
 	}()
 	return srv, nil
-}
-
-type nodeEventSink struct {
-	rec record.EventRecorder
-	ref *corev1.ObjectReference
-}
-
-func (s nodeEventSink) Warning(reason, message string) {
-	s.rec.Event(s.ref, corev1.EventTypeWarning, reason, message)
-}
-
-func (s nodeEventSink) Normal(reason, message string) {
-	s.rec.Event(s.ref, corev1.EventTypeNormal, reason, message)
-}
-
-// nodeEvents reports on the Node object, where an operator looks when a node has fewer devices
-// than expected.
-func nodeEvents(kube kubernetes.Interface, nodeName, driverName string) (driver.EventSink, func()) {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driverName, Host: nodeName})
-	ref := &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
-	return nodeEventSink{rec: rec, ref: ref}, b.Shutdown
 }

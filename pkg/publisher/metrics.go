@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/accel-dra/accel-dra/pkg/metrics"
 )
 
 const metricsNamespace = "accel_dra_template_publisher"
@@ -24,7 +26,7 @@ type Metrics struct {
 	WorkloadReachable *prometheus.GaugeVec
 }
 
-// NewMetrics creates the metrics and registers them on reg.
+// NewMetrics creates the metrics and registers them on reg, with accel_dra_build_info.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -55,6 +57,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Conflicts.WithLabelValues(r)
 		m.GroupsWithProblems.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Writes, m.TemplateBytes, m.Conflicts, m.GroupsWithProblems, m.WorkloadReachable)
+	reg.MustRegister(m.Writes, m.TemplateBytes, m.Conflicts, m.GroupsWithProblems, m.WorkloadReachable, metrics.NewBuildInfo())
 	return m
+}
+
+// MetricNames are the names of the metrics the publisher registers (controller-runtime's own
+// metrics aside), for the chart's test that its dashboard and alerts query only metrics that
+// exist.
+func MetricNames() []string {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	return metrics.Names(reg)
 }

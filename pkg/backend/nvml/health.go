@@ -63,6 +63,7 @@ type healthSource struct {
 // device whose GPU reports an XID is not trusted to be healthy either (NVIDIA scopes some XIDs
 // to one GPU instance; treating them GPU-wide errs on the side of not scheduling there).
 type watched struct {
+	uuid   string
 	names  []string
 	handle nvml.Device
 	lost   bool
@@ -98,7 +99,7 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 			logger.Error(fmt.Errorf("nvml DeviceGetHandleByUUID(%s): %w", g.uuid, ret), "Cannot watch GPU health", "devices", g.names)
 			continue
 		}
-		w := &watched{names: g.names, handle: h}
+		w := &watched{uuid: g.uuid, names: g.names, handle: h}
 		all = append(all, w)
 		byHandle[h] = w
 		supported, ret := h.GetSupportedEventTypes()
@@ -211,6 +212,7 @@ func (s *healthSource) handleEvent(ctx context.Context, byHandle map[nvml.Device
 	}
 	switch {
 	case data.EventType&nvml.EventTypeXidCriticalError != 0:
+		s.observed(health.HardwareEvent{UUID: w.uuid, Cause: health.CauseXID, XID: data.EventData})
 		ev, fault := s.cfg.Classifier.Classify(w.names[0], data.EventData)
 		if !fault {
 			logger.Info("Ignoring application XID", "devices", w.names, "xid", data.EventData)
@@ -224,8 +226,15 @@ func (s *healthSource) handleEvent(ctx context.Context, byHandle map[nvml.Device
 		}
 		s.fault(ctx, w, ev, health.XIDNeedsReset(data.EventData), emit)
 	case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
+		s.observed(health.HardwareEvent{UUID: w.uuid, Cause: health.CauseECC})
 		ev := health.Event{Type: health.Fault, Cause: health.CauseECC, Message: "double-bit (uncorrectable) ECC error"}
 		s.fault(ctx, w, ev, true, emit)
+	}
+}
+
+func (s *healthSource) observed(ev health.HardwareEvent) {
+	if s.cfg.Observed != nil {
+		s.cfg.Observed(ev)
 	}
 }
 

@@ -317,3 +317,62 @@ func TestXIDRecoveryRule(t *testing.T) {
 		})
 	}
 }
+
+// TestHardwareEventsObservedOnce: each XID (an ignored application XID included) and ECC error
+// reaches SourceConfig.Observed once, with the physical GPU's UUID, however many devices are
+// published on that GPU (their health events repeat per device; a metric must not).
+func TestHardwareEventsObservedOnce(t *testing.T) {
+	dir := t.TempDir()
+	be, inv := enumerated(t, "mig-mixed", WithFaultDir(dir), WithStateDir(t.TempDir()))
+	inv, err := mig.Dynamic(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uuid string
+	onGPU0 := 0
+	for _, d := range inv.Devices {
+		if d.MIG != nil && d.MIG.Parent == "gpu-0" {
+			uuid = d.MIG.ParentUUID
+			onGPU0++
+		}
+	}
+	if onGPU0 < 2 || uuid == "" {
+		t.Fatalf("%d devices on gpu-0 (%q); the fixture needs several", onGPU0, uuid)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	observed := make(chan health.HardwareEvent, 100)
+	_, done := healthtest.Watch(ctx, t, be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{
+		PollInterval: 50 * time.Millisecond,
+		Observed:     func(ev health.HardwareEvent) { observed <- ev },
+	}), inv.Devices)
+	if err := os.WriteFile(filepath.Join(dir, "gpu-0"), []byte("xid 48\nxid 13\necc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := map[health.HardwareEvent]int{
+		{UUID: uuid, Cause: health.CauseXID, XID: 48}: 1,
+		{UUID: uuid, Cause: health.CauseXID, XID: 13}: 1,
+		{UUID: uuid, Cause: health.CauseECC}:          1,
+	}
+	got := map[health.HardwareEvent]int{}
+	timeout := time.After(10 * time.Second)
+	for n := 0; n < 3; n++ {
+		select {
+		case ev := <-observed:
+			got[ev]++
+		case <-timeout:
+			t.Fatalf("observed %v, want %v", got, want)
+		}
+	}
+	// Polls go on; nothing more may come of these three events.
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+	close(observed)
+	for ev := range observed {
+		got[ev]++
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("observed %v, want each event once: %v", got, want)
+	}
+}

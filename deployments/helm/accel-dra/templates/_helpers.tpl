@@ -187,3 +187,8 @@ Kubernetes or the plugin cannot take.
 maxSurge: {{ ternary ($surge | quote) ($surge | int | toString) (kindIs "string" $surge) }}
 maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString) (kindIs "string" $unavailable) }}
 {{- end }}
+
+{{/* Where the plugins store their events about Nodes. */}}
+{{- define "accel-dra.eventsNamespace" -}}
+{{- .Values.rbac.nodeEventsNamespace }}
+{{- end }}
