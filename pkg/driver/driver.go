@@ -31,6 +31,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
@@ -72,6 +73,14 @@ type Options struct {
 	// ComputeMode sets the compute mode of the GPUs of sharing claims (sharing.go): MPS needs
 	// EXCLUSIVE_PROCESS, time-slicing DEFAULT. nil leaves the GPUs' modes as they are.
 	ComputeMode device.ComputeModeSetter
+
+	// ConfigTranslator, if set, rewrites each opaque configuration for this driver before it is
+	// decoded: the NVIDIA compatibility mode (pkg/compat/nvidia) turns NVIDIA's objects into
+	// accel-dra's there. It returns what it does not translate unchanged.
+	ConfigTranslator func(raw []byte) ([]byte, error)
+	// TaintKeys names the taint key of a health cause (the part after "<driver>/") where it is
+	// not the cause itself: the NVIDIA compatibility mode uses NVIDIA's keys (TaintKey).
+	TaintKeys map[health.Cause]string
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -459,7 +468,15 @@ func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocatio
 			if c.Opaque == nil || c.Opaque.Driver != d.opts.DriverName || !appliesTo(c.Requests, req) {
 				continue
 			}
-			raws = append(raws, c.Opaque.Parameters.Raw)
+			raw := c.Opaque.Parameters.Raw
+			if d.opts.ConfigTranslator != nil {
+				var err error
+				if raw, err = d.opts.ConfigTranslator(raw); err != nil {
+					// The position is the one configapi.Resolve would name, class entries first.
+					return nil, nil, fmt.Errorf("claim %s: request %s: invalid configuration for driver %s: config[%d]: %w", ref, req, d.opts.DriverName, len(raws), err)
+				}
+			}
+			raws = append(raws, raw)
 		}
 		cfg, err := configapi.Resolve(d.kind, raws)
 		if err != nil {

@@ -152,6 +152,8 @@ func Run(ctx context.Context, o *Options) error {
 		MIG:              partitioner,
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
+		// NVIDIA compatibility mode (compat.go); nil and empty without it.
+		ConfigTranslator: o.configTranslator(), TaintKeys: o.taintKeys(),
 	})
 	if err != nil {
 		return err
