@@ -81,6 +81,9 @@ type Options struct {
 	// TaintKeys names the taint key of a health cause (the part after "<driver>/") where it is
 	// not the cause itself: the NVIDIA compatibility mode uses NVIDIA's keys (TaintKey).
 	TaintKeys map[health.Cause]string
+	// Attributes, if set, gives devices attributes beyond their own: the NVIDIA compatibility
+	// mode's names and values (slices.WithAttributes).
+	Attributes slices.AttributeFunc
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -174,7 +177,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
-	built := slices.Build(opts.Inventory, opts.NodeName)
+	built := slices.Build(opts.Inventory, opts.NodeName, slices.WithAttributes(opts.Attributes))
 	for _, name := range built.Published {
 		d.publishable[name] = true
 	}
@@ -252,7 +255,8 @@ func (d *Driver) Close() {
 // (the build is deterministic) rather than kept: the helper holds its own copy, and a second
 // one would double the plugin's largest allocation on nodes with many devices.
 func (d *Driver) Resources() resourceslice.DriverResources {
-	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(d.sliceOptions(), d.shareOptions()...)...).Resources
+	opts := append(d.sliceOptions(), d.shareOptions()...)
+	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(opts, slices.WithAttributes(d.opts.Attributes))...).Resources
 }
 
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this

@@ -6,6 +6,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/compat/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/health"
+	"github.com/accel-dra/accel-dra/pkg/slices"
 )
 
 // completeNVIDIACompat checks --nvidia-compat against the other flags and gives the driver
@@ -46,4 +47,12 @@ func (o *Options) taintKeys() map[health.Cause]string {
 		return nil
 	}
 	return nvidia.TaintKeys
+}
+
+// attributes is the driver's Attributes: NVIDIA's names and values in the compatibility mode.
+func (o *Options) attributes() slices.AttributeFunc {
+	if !o.NVIDIACompat {
+		return nil
+	}
+	return nvidia.Attributes
 }

@@ -55,6 +55,9 @@ func TestNVIDIACompatFlags(t *testing.T) {
 			if got := o.configTranslator() != nil; got != tc.wantTranslate {
 				t.Errorf("config translator set: %v, want %v", got, tc.wantTranslate)
 			}
+			if got := o.attributes() != nil; got != tc.wantTranslate {
+				t.Errorf("attributes set: %v, want %v", got, tc.wantTranslate)
+			}
 			if got := len(o.taintKeys()) > 0; got != tc.wantTranslate {
 				t.Errorf("taint keys set: %v, want %v", got, tc.wantTranslate)
 			}

@@ -153,7 +153,7 @@ func Run(ctx context.Context, o *Options) error {
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
 		// NVIDIA compatibility mode (compat.go); nil and empty without it.
-		ConfigTranslator: o.configTranslator(), TaintKeys: o.taintKeys(),
+		ConfigTranslator: o.configTranslator(), TaintKeys: o.taintKeys(), Attributes: o.attributes(),
 	})
 	if err != nil {
 		return err
