@@ -68,6 +68,7 @@ func TestAttributesPublish(t *testing.T) {
 			if len(compat.Rejected) != 0 || !cmp.Equal(plain.Published, compat.Published) {
 				t.Fatalf("published %v, rejected %v; without NVIDIA's attributes %v", compat.Published, compat.Rejected, plain.Published)
 			}
+			most := 0
 			for _, s := range compat.Resources.Pools["node"].Slices {
 				for _, d := range s.Devices {
 					if d.Attributes[AttrBrand].StringValue == nil || d.Attributes[AttrCUDADriverVersion].VersionValue == nil {
@@ -75,6 +76,9 @@ func TestAttributesPublish(t *testing.T) {
 					}
 					if n := len(d.Attributes) + len(d.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
 						t.Errorf("%s: %d attributes and capacities", d.Name, n)
+					} else if n > most {
+						most = n
+						t.Logf("%s: %d attributes, %d capacities", d.Name, len(d.Attributes), len(d.Capacity))
 					}
 				}
 			}
