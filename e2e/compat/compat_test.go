@@ -20,13 +20,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/accel-dra/accel-dra/deployments/helm"
 	"github.com/accel-dra/accel-dra/e2e/cluster"
@@ -500,37 +498,11 @@ spec:
 	}
 }
 
-// apply creates the objects of a multi-document manifest, as kubectl apply -f would.
+// apply creates the objects of a manifest.
 func (e *env) apply(t *testing.T, manifest string) {
 	t.Helper()
-	for _, doc := range strings.Split(manifest, "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		switch meta.Kind {
-		case "ResourceClaimTemplate":
-			o := &resourceapi.ResourceClaimTemplate{}
-			if err = yaml.UnmarshalStrict([]byte(doc), o); err == nil {
-				_, err = e.client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, o, metav1.CreateOptions{})
-			}
-		case "ResourceClaim":
-			o := &resourceapi.ResourceClaim{}
-			if err = yaml.UnmarshalStrict([]byte(doc), o); err == nil {
-				_, err = e.client.ResourceV1().ResourceClaims(ns).Create(e.ctx, o, metav1.CreateOptions{})
-			}
-		case "Pod":
-			o := &corev1.Pod{}
-			if err = yaml.UnmarshalStrict([]byte(doc), o); err == nil {
-				_, err = e.client.CoreV1().Pods(ns).Create(e.ctx, o, metav1.CreateOptions{})
-			}
-		default:
-			err = fmt.Errorf("kind %q", meta.Kind)
-		}
-		if err != nil {
-			t.Fatalf("applying %s: %v", meta.Kind, err)
-		}
+	if err := framework.Apply(e.ctx, e.client, ns, manifest); err != nil {
+		t.Fatal(err)
 	}
 }
 
