@@ -1,8 +1,14 @@
 package nodeplugin
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/accel-dra/accel-dra/pkg/compat/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/health"
@@ -55,4 +61,30 @@ func (o *Options) attributes() slices.AttributeFunc {
 		return nil
 	}
 	return nvidia.Attributes
+}
+
+// nvidiaPluginGone refuses to start the compatibility mode on a node where another plugin is
+// registered as NVIDIA's driver and answers: NVIDIA's own, which registers at
+// <registrar dir>/gpu.nvidia.com-reg.sock (this plugin, run by the chart, registers under a
+// name with its pod UID). Two plugins of one driver name would each be handed the other's
+// claims. A socket nobody answers on is what a plugin that went left behind, and is no obstacle.
+func (o *Options) nvidiaPluginGone(ctx context.Context) error {
+	if !o.NVIDIACompat {
+		return nil
+	}
+	socket := filepath.Join(o.RegistrarDir, nvidia.DriverName+"-reg.sock")
+	if _, err := os.Stat(socket); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	var info *registerapi.PluginInfo
+	if err := call(socket, func(c *grpc.ClientConn) (err error) {
+		info, err = registerapi.NewRegistrationClient(c).GetInfo(ctx, &registerapi.InfoRequest{})
+		return err
+	}); err != nil {
+		klog.FromContext(ctx).Info("Registration socket of the driver name does not answer: left behind, ignored", "socket", socket, "err", err)
+		return nil
+	}
+	return fmt.Errorf("another kubelet plugin serves driver %s on this node (%s answers for %q): NVIDIA's DRA driver must leave the node before accel-dra serves under its name (docs/migrate-from-nvidia.md)", nvidia.DriverName, socket, info.Name)
 }

@@ -1,7 +1,15 @@
 package nodeplugin
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"google.golang.org/grpc"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 func TestNVIDIACompatFlags(t *testing.T) {
@@ -62,5 +70,55 @@ func TestNVIDIACompatFlags(t *testing.T) {
 				t.Errorf("taint keys set: %v, want %v", got, tc.wantTranslate)
 			}
 		})
+	}
+}
+
+// registrar is a registration service answering for driver name on socket.
+type registrar struct {
+	registerapi.UnimplementedRegistrationServer
+	name string
+}
+
+func (r registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: "DRAPlugin", Name: r.name}, nil
+}
+
+// TestNVIDIAPluginGone: the compatibility mode refuses to start while NVIDIA's plugin answers
+// on its registration socket, and starts where the socket is missing or left behind.
+func TestNVIDIAPluginGone(t *testing.T) {
+	dir := t.TempDir()
+	o := NewOptions()
+	o.NVIDIACompat, o.RegistrarDir = true, dir
+	socket := filepath.Join(dir, "gpu.nvidia.com-reg.sock")
+	if err := o.nvidiaPluginGone(context.Background()); err != nil {
+		t.Fatalf("no socket: %v", err)
+	}
+
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(srv, registrar{name: "gpu.nvidia.com"})
+	go func() { _ = srv.Serve(l) }()
+	want := fmt.Sprintf(`another kubelet plugin serves driver gpu.nvidia.com on this node (%s answers for "gpu.nvidia.com"): NVIDIA's DRA driver must leave the node before accel-dra serves under its name (docs/migrate-from-nvidia.md)`, socket)
+	if err := o.nvidiaPluginGone(context.Background()); err == nil || err.Error() != want {
+		t.Errorf("NVIDIA's plugin answers: %v\nwant %s", err, want)
+	}
+	o.NVIDIACompat = false
+	if err := o.nvidiaPluginGone(context.Background()); err != nil {
+		t.Errorf("without the compatibility mode: %v", err)
+	}
+	o.NVIDIACompat = true
+
+	// The plugin went; its socket file stays, as after a crash.
+	srv.Stop()
+	if _, err := os.Stat(socket); err != nil {
+		if err := os.WriteFile(socket, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.nvidiaPluginGone(context.Background()); err != nil {
+		t.Errorf("socket left behind: %v", err)
 	}
 }

@@ -46,6 +46,10 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	// Before anything touches the node: never beside NVIDIA's plugin under its name (compat.go).
+	if err := o.nvidiaPluginGone(ctx); err != nil {
+		return err
+	}
 
 	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
 	// while the plugin starts.
