@@ -2,18 +2,21 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/accel-dra/accel-dra/pkg/compat/nvidia"
+	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/health"
 )
 
@@ -25,6 +28,7 @@ func compatEnv(t *testing.T, gpus int) (*env, *fakeSlicer) {
 		tweak: func(o *Options) {
 			o.TimeSlicer = f
 			o.ConfigTranslator = nvidia.Translate
+			o.ConfigApplies = nvidia.AppliesTo
 			o.TaintKeys = nvidia.TaintKeys
 		}}
 	e.start()
@@ -95,5 +99,66 @@ func TestNVIDIATaintKeys(t *testing.T) {
 		return maps.Equal(got, want), nil
 	}); err != nil {
 		t.Fatalf("taints %v, want %v", got, want)
+	}
+}
+
+// TestNVIDIAConfigDeviceTypes: as in NVIDIA's driver, a GpuConfig that names no requests
+// configures only whole GPUs and a MigDeviceConfig only MIG devices, while one that names its
+// request applies to it whatever it is. The driver has no MPS here, so an MPS config that
+// applies fails the claim: that is how the test sees it applied.
+func TestNVIDIAConfigDeviceTypes(t *testing.T) {
+	e, f := compatEnv(t, 2)
+	e.inv.Devices[1].MIG = &device.MIG{Parent: "gpu-9", ParentUUID: "GPU-parent", Profile: device.MIGProfile{Name: "1g.10gb"}}
+	e.start()
+	u1 := e.inv.Devices[1].UUID
+	const (
+		gpuTS  = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
+		migMPS = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"MigDeviceConfig","sharing":{"strategy":"MPS"}}`
+	)
+	n := 0
+	for name, tc := range map[string]struct {
+		dev     string
+		config  resourceapi.DeviceAllocationConfiguration
+		wantErr string
+		calls   string
+	}{
+		"GpuConfig for every request, on a MIG device: not applied": {
+			dev: "gpu-1", config: opaque(resourceapi.AllocationConfigSourceClaim, gpuTS),
+		},
+		"MigDeviceConfig for every request, on a whole GPU: not applied": {
+			dev: "gpu-0", config: opaque(resourceapi.AllocationConfigSourceClaim, migMPS),
+		},
+		"MigDeviceConfig for every request, on a MIG device: applied": {
+			dev: "gpu-1", config: opaque(resourceapi.AllocationConfigSourceClaim, migMPS), wantErr: "MPS",
+		},
+		"MigDeviceConfig naming the request of a whole GPU: applied": {
+			dev: "gpu-0", config: opaque(resourceapi.AllocationConfigSourceClaim, migMPS, "gpu"), wantErr: "MPS",
+		},
+		"GpuConfig naming the request of a MIG device: applied": {
+			dev: "gpu-1", config: opaque(resourceapi.AllocationConfigSourceClass, gpuTS, "gpu"), calls: u1 + "=Long",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n++
+			uid := fmt.Sprintf("types-%d", n)
+			c := claim(uid, []result{{Device: tc.dev}}, tc.config)
+			e.exist(c)
+			r := e.prepare(c)
+			switch {
+			case tc.wantErr == "" && r.Err != nil:
+				t.Fatalf("prepare: %v", r.Err)
+			case tc.wantErr != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), tc.wantErr)):
+				t.Fatalf("prepare: %v, want an error about %s (the config applied)", r.Err, tc.wantErr)
+			}
+			if got := f.take(); got != tc.calls {
+				t.Errorf("time-slices set: %q, want %q", got, tc.calls)
+			}
+			if r.Err == nil {
+				if err := e.unprepare(types.UID(uid)); err != nil {
+					t.Fatal(err)
+				}
+				f.take()
+			}
+		})
 	}
 }

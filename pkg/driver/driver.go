@@ -78,6 +78,11 @@ type Options struct {
 	// decoded: the NVIDIA compatibility mode (pkg/compat/nvidia) turns NVIDIA's objects into
 	// accel-dra's there. It returns what it does not translate unchanged.
 	ConfigTranslator func(raw []byte) ([]byte, error)
+	// ConfigApplies, if set, says whether an opaque configuration that names no requests applies
+	// to a request whose devices are MIG devices (mig) or not; nil: every such configuration
+	// applies to every request. NVIDIA's configuration kinds are for one device type each
+	// (pkg/compat/nvidia.AppliesTo).
+	ConfigApplies func(raw []byte, mig bool) bool
 	// TaintKeys names the taint key of a health cause (the part after "<driver>/") where it is
 	// not the cause itself: the NVIDIA compatibility mode uses NVIDIA's keys (TaintKey).
 	TaintKeys map[health.Cause]string
@@ -412,6 +417,8 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 	}
 	rec := &checkpoint.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.StatePrepareStarted}
 	var requests []string
+	// migRequests are the requests whose devices are MIG devices (ConfigApplies).
+	migRequests := map[string]bool{}
 	firstOfRequest := map[string]bool{}
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
@@ -442,8 +449,9 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 		share(&rec.Devices[len(rec.Devices)-1], &r)
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
+		migRequests[r.Request] = migRequests[r.Request] || dev.MIG != nil
 	}
-	env, share, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
+	env, share, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests, migRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +466,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 // then claim configs, the later one winning. One CDI spec per claim carries one environment,
 // so requests of one claim that resolve to different settings are refused rather than given a
 // container environment that would be wrong for one of them.
-func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string) ([]string, *configapi.Sharing, error) {
+func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string, migRequests map[string]bool) ([]string, *configapi.Sharing, error) {
 	ordered := append([]resourceapi.DeviceAllocationConfiguration(nil), configs...)
 	sort.SliceStable(ordered, func(i, j int) bool {
 		return ordered[i].Source == resourceapi.AllocationConfigSourceClass && ordered[j].Source != resourceapi.AllocationConfigSourceClass
@@ -473,6 +481,9 @@ func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocatio
 				continue
 			}
 			raw := c.Opaque.Parameters.Raw
+			if len(c.Requests) == 0 && d.opts.ConfigApplies != nil && !d.opts.ConfigApplies(raw, migRequests[req]) {
+				continue
+			}
 			if d.opts.ConfigTranslator != nil {
 				var err error
 				if raw, err = d.opts.ConfigTranslator(raw); err != nil {

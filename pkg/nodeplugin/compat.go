@@ -47,6 +47,15 @@ func (o *Options) configTranslator() func([]byte) ([]byte, error) {
 	return nvidia.Translate
 }
 
+// configApplies is the driver's ConfigApplies: NVIDIA's per-kind device types in the
+// compatibility mode.
+func (o *Options) configApplies() func([]byte, bool) bool {
+	if !o.NVIDIACompat {
+		return nil
+	}
+	return nvidia.AppliesTo
+}
+
 // taintKeys is the driver's TaintKeys: NVIDIA's in the compatibility mode.
 func (o *Options) taintKeys() map[health.Cause]string {
 	if !o.NVIDIACompat {

@@ -63,6 +63,9 @@ func TestNVIDIACompatFlags(t *testing.T) {
 			if got := o.configTranslator() != nil; got != tc.wantTranslate {
 				t.Errorf("config translator set: %v, want %v", got, tc.wantTranslate)
 			}
+			if got := o.configApplies() != nil; got != tc.wantTranslate {
+				t.Errorf("config filter set: %v, want %v", got, tc.wantTranslate)
+			}
 			if got := o.attributes() != nil; got != tc.wantTranslate {
 				t.Errorf("attributes set: %v, want %v", got, tc.wantTranslate)
 			}

@@ -157,7 +157,8 @@ func Run(ctx context.Context, o *Options) error {
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
 		// NVIDIA compatibility mode (compat.go); nil and empty without it.
-		ConfigTranslator: o.configTranslator(), TaintKeys: o.taintKeys(), Attributes: o.attributes(),
+		ConfigTranslator: o.configTranslator(), ConfigApplies: o.configApplies(), TaintKeys: o.taintKeys(),
+		Attributes: o.attributes(),
 	})
 	if err != nil {
 		return err

@@ -166,6 +166,31 @@ func Translate(raw []byte) ([]byte, error) {
 	return configapi.Encode(out)
 }
 
+// AppliesTo is the driver's ConfigApplies: whether a configuration entry that names no
+// requests applies to a request of MIG devices (mig) or of whole GPUs. As in NVIDIA's driver, a
+// GpuConfig applies only to whole GPUs and a MigDeviceConfig only to MIG devices; an entry that
+// names its requests applies to them whatever they are. Everything else (accel-dra's own
+// objects, NVIDIA's kinds that Translate refuses, malformed input) applies, so that it is read
+// and, where wrong, reported.
+func AppliesTo(raw []byte, mig bool) bool {
+	if !IsNVIDIAConfig(raw) {
+		return true
+	}
+	var tm struct {
+		Kind string `json:"kind"`
+	}
+	if err := stdjson.Unmarshal(raw, &tm); err != nil {
+		return true
+	}
+	switch tm.Kind {
+	case GpuConfigKind:
+		return !mig
+	case MigDeviceConfigKind:
+		return mig
+	}
+	return true
+}
+
 func kindError(kind string, err error) error {
 	return fmt.Errorf("%s (%s): %w", kind, APIVersion, err)
 }

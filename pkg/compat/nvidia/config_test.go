@@ -194,3 +194,24 @@ func quantity(s string) *resource.Quantity {
 	q := resource.MustParse(s)
 	return &q
 }
+
+func TestAppliesTo(t *testing.T) {
+	for _, tc := range []struct {
+		raw          string
+		gpu, migDevs bool
+	}{
+		{`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}`, true, false},
+		{`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"MigDeviceConfig"}`, false, true},
+		// Read, so that Translate reports it.
+		{`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"VfioDeviceConfig"}`, true, true},
+		{`{"apiVersion":"accel-dra.io/v1alpha1","kind":"GpuConfig"}`, true, true},
+		{`not json`, true, true},
+	} {
+		if got := AppliesTo([]byte(tc.raw), false); got != tc.gpu {
+			t.Errorf("%s to whole GPUs: %v, want %v", tc.raw, got, tc.gpu)
+		}
+		if got := AppliesTo([]byte(tc.raw), true); got != tc.migDevs {
+			t.Errorf("%s to MIG devices: %v, want %v", tc.raw, got, tc.migDevs)
+		}
+	}
+}
