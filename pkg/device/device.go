@@ -71,6 +71,12 @@ type Device struct {
 	DriverVersion string `json:"driverVersion,omitempty"`
 	// CUDAComputeCapability is "major.minor" for GPUs, empty for NPUs.
 	CUDAComputeCapability string `json:"cudaComputeCapability,omitempty"`
+	// Brand is NVML's brand of a GPU as NVIDIA's tools spell it ("Nvidia", "Tesla",
+	// "GeForce"...), and CUDADriverVersion the CUDA version the driver supports, "major.minor";
+	// empty when unknown and for NPUs. Only the NVIDIA compatibility mode publishes them
+	// (pkg/compat/nvidia), as NVIDIA's driver does.
+	Brand             string `json:"brand,omitempty"`
+	CUDADriverVersion string `json:"cudaDriverVersion,omitempty"`
 	// PCIBusID is the extended BDF, lower case: "0000:17:00.0".
 	PCIBusID string `json:"pciBusID,omitempty"`
 	// PCIeRoot is the root complex, "pci0000:16"; empty if it could not be resolved.

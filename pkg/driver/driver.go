@@ -31,6 +31,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 	"github.com/accel-dra/accel-dra/pkg/sharing"
 	"github.com/accel-dra/accel-dra/pkg/slices"
@@ -72,6 +73,22 @@ type Options struct {
 	// ComputeMode sets the compute mode of the GPUs of sharing claims (sharing.go): MPS needs
 	// EXCLUSIVE_PROCESS, time-slicing DEFAULT. nil leaves the GPUs' modes as they are.
 	ComputeMode device.ComputeModeSetter
+
+	// ConfigTranslator, if set, rewrites each opaque configuration for this driver before it is
+	// decoded: the NVIDIA compatibility mode (pkg/compat/nvidia) turns NVIDIA's objects into
+	// accel-dra's there. It returns what it does not translate unchanged.
+	ConfigTranslator func(raw []byte) ([]byte, error)
+	// ConfigApplies, if set, says whether an opaque configuration that names no requests applies
+	// to a request whose devices are MIG devices (mig) or not; nil: every such configuration
+	// applies to every request. NVIDIA's configuration kinds are for one device type each
+	// (pkg/compat/nvidia.AppliesTo).
+	ConfigApplies func(raw []byte, mig bool) bool
+	// TaintKeys names the taint key of a health cause (the part after "<driver>/") where it is
+	// not the cause itself: the NVIDIA compatibility mode uses NVIDIA's keys (TaintKey).
+	TaintKeys map[health.Cause]string
+	// Attributes, if set, gives devices attributes beyond their own: the NVIDIA compatibility
+	// mode's names and values (slices.WithAttributes).
+	Attributes slices.AttributeFunc
 }
 
 // EventSink is the part of an event recorder the driver needs, so tests need no apiserver.
@@ -165,7 +182,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		instance:    newInstanceID(),
 	}
 	d.edits.Store(opts.CommonEdits)
-	built := slices.Build(opts.Inventory, opts.NodeName)
+	built := slices.Build(opts.Inventory, opts.NodeName, slices.WithAttributes(opts.Attributes))
 	for _, name := range built.Published {
 		d.publishable[name] = true
 	}
@@ -250,7 +267,8 @@ func (d *Driver) Close() {
 // (the build is deterministic) rather than kept: the helper holds its own copy, and a second
 // one would double the plugin's largest allocation on nodes with many devices.
 func (d *Driver) Resources() resourceslice.DriverResources {
-	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(d.sliceOptions(), d.shareOptions()...)...).Resources
+	opts := append(d.sliceOptions(), d.shareOptions()...)
+	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(opts, slices.WithAttributes(d.opts.Attributes))...).Resources
 }
 
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this
@@ -406,6 +424,8 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 	}
 	rec := &checkpoint.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.StatePrepareStarted}
 	var requests []string
+	// migRequests are the requests whose devices are MIG devices (ConfigApplies).
+	migRequests := map[string]bool{}
 	firstOfRequest := map[string]bool{}
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
@@ -436,8 +456,9 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 		share(&rec.Devices[len(rec.Devices)-1], &r)
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
+		migRequests[r.Request] = migRequests[r.Request] || dev.MIG != nil
 	}
-	env, share, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests)
+	env, share, err := d.resolveConfig(ref, claim.Status.Allocation.Devices.Config, requests, migRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +473,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, erro
 // then claim configs, the later one winning. One CDI spec per claim carries one environment,
 // so requests of one claim that resolve to different settings are refused rather than given a
 // container environment that would be wrong for one of them.
-func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string) ([]string, *configapi.Sharing, error) {
+func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocationConfiguration, requests []string, migRequests map[string]bool) ([]string, *configapi.Sharing, error) {
 	ordered := append([]resourceapi.DeviceAllocationConfiguration(nil), configs...)
 	sort.SliceStable(ordered, func(i, j int) bool {
 		return ordered[i].Source == resourceapi.AllocationConfigSourceClass && ordered[j].Source != resourceapi.AllocationConfigSourceClass
@@ -466,7 +487,18 @@ func (d *Driver) resolveConfig(ref string, configs []resourceapi.DeviceAllocatio
 			if c.Opaque == nil || c.Opaque.Driver != d.opts.DriverName || !appliesTo(c.Requests, req) {
 				continue
 			}
-			raws = append(raws, c.Opaque.Parameters.Raw)
+			raw := c.Opaque.Parameters.Raw
+			if len(c.Requests) == 0 && d.opts.ConfigApplies != nil && !d.opts.ConfigApplies(raw, migRequests[req]) {
+				continue
+			}
+			if d.opts.ConfigTranslator != nil {
+				var err error
+				if raw, err = d.opts.ConfigTranslator(raw); err != nil {
+					// The position is the one configapi.Resolve would name, class entries first.
+					return nil, nil, fmt.Errorf("claim %s: request %s: invalid configuration for driver %s: config[%d]: %w", ref, req, d.opts.DriverName, len(raws), err)
+				}
+			}
+			raws = append(raws, raw)
 		}
 		cfg, err := configapi.Resolve(d.kind, raws)
 		if err != nil {

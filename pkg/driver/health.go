@@ -181,8 +181,14 @@ func (d *Driver) updateHealthMetrics() {
 	}
 }
 
-// TaintKey is the key of the taint a cause puts on a device of a driver: <driver>/<cause>.
-func TaintKey(driverName string, c health.Cause) string { return driverName + "/" + string(c) }
+// TaintKey is the key of the taint a cause puts on a device of a driver: <driver>/<cause>, or
+// <driver>/<names[cause]> where names has the cause.
+func TaintKey(driverName string, c health.Cause, names map[health.Cause]string) string {
+	if n, ok := names[c]; ok {
+		return driverName + "/" + n
+	}
+	return driverName + "/" + string(c)
+}
 
 // deviceTaints are the taints of the devices' current conditions, by device name. timeAdded is
 // when the condition was first observed, kept by the tracker across restarts, so republishing
@@ -201,13 +207,13 @@ func (d *Driver) deviceTaints() map[string][]resourceapi.DeviceTaint {
 				continue
 			}
 			taints = append(taints, resourceapi.DeviceTaint{
-				Key: TaintKey(d.opts.DriverName, c.Cause), Value: c.Code, Effect: eff,
+				Key: TaintKey(d.opts.DriverName, c.Cause, d.opts.TaintKeys), Value: c.Code, Effect: eff,
 				TimeAdded: &metav1.Time{Time: c.Since},
 			})
 		}
 		if eff := effects[health.CauseUnknown]; h.State == health.Unknown && eff != "" {
 			taints = append(taints, resourceapi.DeviceTaint{
-				Key: TaintKey(d.opts.DriverName, health.CauseUnknown), Effect: eff,
+				Key: TaintKey(d.opts.DriverName, health.CauseUnknown, d.opts.TaintKeys), Effect: eff,
 				TimeAdded: &metav1.Time{Time: h.UnknownSince},
 			})
 		}

@@ -107,6 +107,9 @@ type Options struct {
 	// EventsNamespace is where the plugin's events about its Node are stored: default or
 	// kube-system (EventsNamespaces).
 	EventsNamespace string
+
+	// NVIDIACompat is the NVIDIA compatibility mode (compat.go, docs/migrate-from-nvidia.md).
+	NVIDIACompat bool
 }
 
 // GPU mock driver roots (--mock-driver-root).
@@ -186,6 +189,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.MPSDaemonPriorityClassName, "mps-daemon-priority-class-name", o.MPSDaemonPriorityClassName, "Priority class of the MPS control daemon pods.")
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
+	fs.BoolVar(&o.NVIDIACompat, "nvidia-compat", o.NVIDIACompat, "NVIDIA compatibility mode, for workloads written for NVIDIA's DRA driver (docs/migrate-from-nvidia.md): the driver name defaults to gpu.nvidia.com, opaque configuration of NVIDIA's API (resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig) is translated to accel-dra's, devices also carry NVIDIA's attribute names, and health taints use NVIDIA's keys. GPU backends only. Never run it on a node where NVIDIA's driver runs.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
@@ -198,6 +202,9 @@ func (o *Options) Complete() error {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required")
 	}
 	isNPU := o.Backend == "npu" || o.Backend == "npu-mock"
+	if err := o.completeNVIDIACompat(isNPU); err != nil {
+		return err
+	}
 	if o.DriverName == "" {
 		o.DriverName = GPUDriverName
 		if isNPU {

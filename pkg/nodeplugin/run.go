@@ -42,6 +42,10 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	// Before anything touches the node: never beside NVIDIA's plugin under its name (compat.go).
+	if err := o.nvidiaPluginGone(ctx); err != nil {
+		return err
+	}
 
 	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
 	// while the plugin starts.
@@ -155,6 +159,9 @@ func Run(ctx context.Context, o *Options) error {
 		MIG:              partitioner,
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
+		// NVIDIA compatibility mode (compat.go); nil and empty without it.
+		ConfigTranslator: o.configTranslator(), ConfigApplies: o.configApplies(), TaintKeys: o.taintKeys(),
+		Attributes: o.attributes(),
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ package slices
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -74,6 +75,9 @@ func Build(inv *device.Inventory, poolName string, opts ...Option) Result {
 		d, omitted, reason, err := ToAPI(&devs[i])
 		if err == nil && o.consumableMemory {
 			ConsumableMemory(&d)
+		}
+		if err == nil && o.attributes != nil {
+			maps.Copy(d.Attributes, o.attributes(&devs[i]))
 		}
 		if err == nil {
 			err = ValidateDevice(&d)

@@ -14,6 +14,8 @@ type buildOptions struct {
 	taints map[string][]resourceapi.DeviceTaint
 	// consumableMemory: see WithConsumableMemory (capacity.go).
 	consumableMemory bool
+	// attributes: see WithAttributes (extra.go).
+	attributes AttributeFunc
 }
 
 // WithTaints puts taints on devices, by device name (see pkg/driver's health taints).

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"sync"
 
+	nvdevice "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
@@ -145,11 +146,20 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("nvml DeviceGetCount: %w", ret)
 	}
+	// Informational too (the NVIDIA compatibility mode's cudaDriverVersion attribute), in
+	// NVIDIA's form: 12080 is "12.8".
+	cudaDriverVersion := ""
+	if v, ret := b.lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS {
+		cudaDriverVersion = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+	} else {
+		logger.Info("Cannot read the CUDA driver version, leaving it out", "err", fmt.Errorf("nvml SystemGetCudaDriverVersion: %w", ret))
+	}
 
 	inv := &device.Inventory{Kind: device.KindGPU, Devices: make([]device.Device, 0, count)}
 	byName := make(map[string]int, count)
 	for i := 0; i < count; i++ {
 		d, err := b.enumerateOne(klog.NewContext(ctx, logger.WithValues("index", i)), i, driverVersion)
+		d.CUDADriverVersion = cudaDriverVersion
 		if err == nil {
 			if j, dup := byName[d.Name]; dup {
 				// Two GPUs cannot share a minor; if NVML says so, neither answer can be trusted
@@ -242,6 +252,13 @@ func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string)
 		}
 	} else {
 		logger.Info("Cannot read GPU architecture, leaving it out", "err", callError("GetArchitecture", i, ret))
+	}
+	// As NVIDIA's tools spell it (go-nvlib, which NVIDIA's DRA driver uses for its brand
+	// attribute); informational, so a GPU that cannot tell is published without it.
+	if brand, err := nvdevice.New(b.lib).NewDevice(h); err == nil {
+		if d.Brand, err = brand.GetBrandAsString(); err != nil {
+			logger.Info("Cannot read GPU brand, leaving it out", "err", fmt.Errorf("gpu index %d: %w", i, err))
+		}
 	}
 	major, minor, ret := h.GetCudaComputeCapability()
 	if ret != nvml.SUCCESS {

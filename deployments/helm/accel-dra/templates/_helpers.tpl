@@ -192,3 +192,29 @@ maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString
 {{- define "accel-dra.eventsNamespace" -}}
 {{- .Values.rbac.nodeEventsNamespace }}
 {{- end }}
+
+{{/*
+The NVIDIA compatibility mode (drivers.gpu.compat.nvidia, docs/migrate-from-nvidia.md) sets the
+GPU driver's names to NVIDIA's in the values themselves, so that every template that reads the
+driver name, the class names or the extended resource sees the same ones. Arguments: a dict
+with key and driver (one entry of .Values.drivers). Idempotent: each template that ranges over
+the drivers includes it first, whatever order Helm renders them in.
+*/}}
+{{- define "accel-dra.applyCompat" -}}
+{{- $driver := .driver }}
+{{- if and (eq .key "gpu") (dig "compat" "nvidia" false $driver) }}
+{{- if not (has $driver.driverName (list "gpu.accel-dra.io" "gpu.nvidia.com")) }}
+{{- fail (printf "drivers.gpu.compat.nvidia publishes the GPUs as NVIDIA's driver, gpu.nvidia.com; drivers.gpu.driverName=%s contradicts it: leave it at its default" $driver.driverName) }}
+{{- end }}
+{{- $_ := set $driver "driverName" "gpu.nvidia.com" }}
+{{- if not $driver.deviceClass.name }}
+{{- $_ := set $driver.deviceClass "name" "gpu.nvidia.com" }}
+{{- end }}
+{{- if not $driver.deviceClass.extendedResourceName }}
+{{- $_ := set $driver.deviceClass "extendedResourceName" "nvidia.com/gpu" }}
+{{- end }}
+{{- if eq (dig "migDeviceClass" "name" "" $driver) "mig.gpu.accel-dra.io" }}
+{{- $_ := set $driver.migDeviceClass "name" "mig.nvidia.com" }}
+{{- end }}
+{{- end }}
+{{- end }}
