@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
@@ -103,6 +104,14 @@ type Options struct {
 	MPSDaemonNamespace         string
 	MPSDaemonImage             string
 	MPSDaemonPriorityClassName string
+
+	// DroppedFields says what the plugin does when kube-apiserver drops fields of its
+	// ResourceSlices because a feature gate is off: DroppedFieldsRefuse or DroppedFieldsWarn
+	// (gates.go, docs/versions.md).
+	DroppedFields string
+	// NodeEventsNamespace is where the events about the Node go (the chart's
+	// rbac.nodeEventsNamespace, the only namespace where it may create them).
+	NodeEventsNamespace string
 }
 
 // GPU mock driver roots (--mock-driver-root).
@@ -136,6 +145,8 @@ func NewOptions() *Options {
 		IgnoredXIDs:         defaultIgnoredXIDs(),
 		Kube:                kubeclient.DefaultOptions(),
 		Logging:             logsapi.NewLoggingConfiguration(),
+		DroppedFields:       DroppedFieldsRefuse,
+		NodeEventsNamespace: metav1.NamespaceDefault,
 	}
 }
 
@@ -181,6 +192,8 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
+	fs.StringVar(&o.DroppedFields, "dropped-fields", o.DroppedFields, "What to do when kube-apiserver drops fields of the published ResourceSlices because a feature gate is off (device taints, shared counters, consumable capacity, ...): refuse (a Warning event on the Node naming the gate, 503 on /healthz, the slices withdrawn, exit status 1) or warn (the event and an error log; the plugin serves the slices as the server kept them). See docs/versions.md.")
+	fs.StringVar(&o.NodeEventsNamespace, "node-events-namespace", o.NodeEventsNamespace, "Namespace of the events about the Node (the chart's rbac.nodeEventsNamespace).")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 	return fs
@@ -217,6 +230,9 @@ func (o *Options) Complete() error {
 	}
 	if o.MPSDaemons != MPSDaemonsPod && o.MPSDaemons != MPSDaemonsProcess {
 		return fmt.Errorf("--mps-daemons=%q: want %s or %s", o.MPSDaemons, MPSDaemonsPod, MPSDaemonsProcess)
+	}
+	if err := checkDroppedFieldsMode(o.DroppedFields); err != nil {
+		return err
 	}
 	if _, err := health.ParseEffects(o.DeviceTaintEffects); err != nil {
 		return fmt.Errorf("--device-taint-effects: %w", err)

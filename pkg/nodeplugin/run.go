@@ -32,6 +32,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
+	"github.com/accel-dra/accel-dra/pkg/serverfeatures"
 )
 
 // ApplyLogging validates and applies the logging flags; call it once after flag parsing.
@@ -46,6 +47,9 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	// A refusal (gates.go) ends the background work as a signal does.
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
 
 	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
 	// while the plugin starts.
@@ -139,7 +143,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	events, stopEvents := nodeEvents(kube, o.NodeName, o.DriverName)
+	events, stopEvents := nodeEvents(kube, o.NodeEventsNamespace, o.NodeName, o.DriverName)
 	defer stopEvents()
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)
@@ -198,14 +202,33 @@ func Run(ctx context.Context, o *Options) error {
 		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 			kubeletplugin.CDIDirectory(o.CDIRoot))
 	}
+	gates := newGateCheck(o, kube, events)
+	plugin = gatedPlugin{DRAPlugin: plugin, check: gates}
 	start.waitFor(ctx, "the kubelet plugin's gRPC servers to start")
 	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	if err := helper.PublishResources(ctx, drv.Resources()); err != nil {
+	first := drv.Resources()
+	if err := helper.PublishResources(ctx, first); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	// A field whose feature gate is off is dropped without an error: read the slices back
+	// before serving (docs/versions.md).
+	start.waitFor(ctx, "the API server to store the ResourceSlices, to check that it kept every field")
+	gates.verify(ctx, first.Pools)
+	refuse := func(dropped *serverfeatures.DroppedError) error {
+		logger.Error(dropped, "Refusing to run: the API server does not keep what the plugin publishes", "gates", dropped.Gates())
+		start.refuse(dropped.Error())
+		// The helper stops first, or its slice controller would publish the slices again.
+		helper.Stop()
+		gates.refuse(ctx, dropped)
+		cancelRun()
+		return fmt.Errorf("refusing to run: %w", dropped)
+	}
+	if dropped := gates.refusalNow(); dropped != nil {
+		return refuse(dropped)
 	}
 	// Records of claims the kubelet no longer needs (a prepare it cancelled that published
 	// after its unprepare) and leftovers of lost GPUs are collected in the background.
@@ -242,7 +265,11 @@ func Run(ctx context.Context, o *Options) error {
 		defer func() { <-watched }()
 	}
 	logger.Info("Plugin running", "backend", o.Backend, "devices", len(inv.Devices))
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-gates.refused:
+		return refuse(gates.refusalNow())
+	}
 	logger.Info("Shutting down")
 	return nil
 }
@@ -285,11 +312,37 @@ func (s nodeEventSink) Normal(reason, message string) {
 }
 
 // nodeEvents reports on the Node object, where an operator looks when a node has fewer devices
-// than expected.
-func nodeEvents(kube kubernetes.Interface, nodeName, driverName string) (driver.EventSink, func()) {
+// than expected, in namespace.
+func nodeEvents(kube kubernetes.Interface, namespace, nodeName, driverName string) (driver.EventSink, func()) {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	b.StartRecordingToSink(namespacedSink{EventSink: &typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")}, namespace: namespace})
 	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driverName, Host: nodeName})
 	ref := &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
 	return nodeEventSink{rec: rec, ref: ref}, b.Shutdown
+}
+
+// namespacedSink writes events into one namespace. The recorder puts an event about a
+// cluster-scoped object into "default", whatever namespace the plugin may write to; the event's
+// involvedObject keeps no namespace, so `kubectl describe node` still finds it.
+type namespacedSink struct {
+	record.EventSink
+	namespace string
+}
+
+func (s namespacedSink) in(e *corev1.Event) *corev1.Event {
+	e = e.DeepCopy()
+	e.Namespace = s.namespace
+	return e
+}
+
+func (s namespacedSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	return s.EventSink.Create(s.in(e))
+}
+
+func (s namespacedSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	return s.EventSink.Update(s.in(e))
+}
+
+func (s namespacedSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return s.EventSink.Patch(s.in(e), data)
 }

@@ -29,6 +29,9 @@ type startup struct {
 	// health and ready answer /healthz and /readyz once the plugin serves; nil before.
 	health http.Handler
 	ready  func() error
+	// refused is why the plugin refuses to run (gates.go); /healthz and /readyz answer it
+	// with 503 from then on.
+	refused string
 }
 
 func newStartup() *startup { return &startup{step: "the process to start", since: time.Now()} }
@@ -57,11 +60,22 @@ func (s *startup) serving(health http.Handler, ready func() error) {
 	s.health, s.ready = health, ready
 }
 
+// refuse makes /healthz and /readyz answer 503 with msg until the process ends.
+func (s *startup) refuse(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused = msg
+}
+
 // starting returns the message while the plugin starts, and whether the step is alive (see
 // waitAlive); "" once it serves.
 func (s *startup) starting() (string, bool, http.Handler, func() error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refused != "" {
+		refused := "refused: " + s.refused
+		return refused, false, nil, nil
+	}
 	if s.health != nil {
 		return "", false, s.health, s.ready
 	}

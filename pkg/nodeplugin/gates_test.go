@@ -1,0 +1,181 @@
+package nodeplugin
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/accel-dra/accel-dra/pkg/serverfeatures"
+)
+
+type recordedWarnings []string
+
+func (r *recordedWarnings) Warning(reason, message string) {
+	*r = append(*r, reason+": "+message)
+}
+
+// sharedGPU is a GPU published for consumable memory (pkg/slices/capacity.go).
+func sharedGPU() resourceapi.Device {
+	return resourceapi.Device{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true)}
+}
+
+func storedSlice(name string, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: "gpu.accel-dra.io", NodeName: ptr.To("node-1"),
+			Pool:    resourceapi.ResourcePool{Name: "node-1", Generation: 1, ResourceSliceCount: 1},
+			Devices: devices,
+		},
+	}
+}
+
+func gateOptions(mode string) *Options {
+	o := NewOptions()
+	o.DriverName, o.NodeName, o.DroppedFields, o.NodeEventsNamespace = "gpu.accel-dra.io", "node-1", mode, "gpu-system"
+	return o
+}
+
+// TestGateCheckVerify reads back a first publish: a GPU whose allowMultipleAllocations the
+// server dropped (DRAConsumableCapacity off) is refused in refuse mode and a warning in warn
+// mode; a slice stored whole is neither.
+func TestGateCheckVerify(t *testing.T) {
+	desired := map[string]resourceslice.Pool{"node-1": {Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{sharedGPU()}}}}}
+	for name, tc := range map[string]struct {
+		mode         string
+		stored       resourceapi.Device
+		wantRefused  bool
+		wantWarnings int
+	}{
+		"dropped, refuse": {mode: DroppedFieldsRefuse, stored: resourceapi.Device{Name: "gpu-0"}, wantRefused: true},
+		"dropped, warn":   {mode: DroppedFieldsWarn, stored: resourceapi.Device{Name: "gpu-0"}, wantWarnings: 1},
+		"kept":            {mode: DroppedFieldsRefuse, stored: sharedGPU()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			kube := fake.NewClientset(storedSlice("s-0", tc.stored))
+			var warnings recordedWarnings
+			g := newGateCheck(gateOptions(tc.mode), kube, &warnings)
+			g.verify(ctx, desired)
+			refused := g.refusalNow()
+			if (refused != nil) != tc.wantRefused || len(warnings) != tc.wantWarnings {
+				t.Fatalf("refused %v, warnings %q; want refused %v, %d warning(s)", refused, warnings, tc.wantRefused, tc.wantWarnings)
+			}
+			for _, msg := range append(warnings, errString(refused)) {
+				if msg != "" && !strings.Contains(msg, "feature gate DRAConsumableCapacity is off") {
+					t.Errorf("message %q does not name the gate", msg)
+				}
+			}
+		})
+	}
+}
+
+func errString(err *serverfeatures.DroppedError) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestGateCheckRefuse records the refusal on the Node in the configured namespace and
+// withdraws the driver's slices.
+func TestGateCheckRefuse(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube := fake.NewClientset(storedSlice("s-0", resourceapi.Device{Name: "gpu-0"}))
+	g := newGateCheck(gateOptions(DroppedFieldsRefuse), kube, &recordedWarnings{})
+	dropped := &serverfeatures.DroppedError{Drops: []serverfeatures.Drop{{Gate: "DRAConsumableCapacity", Feature: "consumable capacity", Field: "spec.devices[].allowMultipleAllocations", Where: "node-1/gpu-0"}}}
+	g.refuse(ctx, dropped)
+
+	events, err := kube.CoreV1().Events("gpu-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events.Items) != 1 {
+		t.Fatalf("events in gpu-system: %d, want 1", len(events.Items))
+	}
+	ev := events.Items[0]
+	if ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonFieldsDropped || ev.InvolvedObject.Kind != "Node" ||
+		ev.InvolvedObject.Name != "node-1" || ev.InvolvedObject.Namespace != "" || ev.Message != dropped.Error() {
+		t.Errorf("event: %+v", ev)
+	}
+	slices, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 0 {
+		t.Errorf("slices left after the refusal: %d", len(slices.Items))
+	}
+}
+
+// TestNodeEventsNamespace: the plugin may create events only in the chart's
+// rbac.nodeEventsNamespace, so its recorder must write them there, not in "default".
+func TestNodeEventsNamespace(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube := fake.NewClientset()
+	events, stop := nodeEvents(kube, "gpu-system", "node-1", "gpu.accel-dra.io")
+	defer stop()
+	events.Warning("DeviceLost", "gpu-3 is gone")
+	var got []corev1.Event
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = list.Items
+		return len(got) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no event recorded: %v", err)
+	}
+	if got[0].Namespace != "gpu-system" || got[0].InvolvedObject.Namespace != "" {
+		t.Errorf("event in namespace %q about a Node in namespace %q; want gpu-system and none", got[0].Namespace, got[0].InvolvedObject.Namespace)
+	}
+}
+
+// TestHealthzRefused: after a refusal /healthz and /readyz say why, even once serving.
+func TestHealthzRefused(t *testing.T) {
+	s := newStartup()
+	s.serving(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }), func() error { return nil })
+	s.refuse("kube-apiserver dropped fields: feature gate DRAPartitionableDevices is off")
+	for path, h := range map[string]http.HandlerFunc{"/healthz": s.serveHealthz, "/readyz": s.serveReadyz} {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "refused: kube-apiserver dropped fields: feature gate DRAPartitionableDevices is off") {
+			t.Errorf("%s = %d %q", path, rec.Code, rec.Body.String())
+		}
+	}
+}
+
+// TestGateCheckReportOrder: the read-back of the whole first publish replaces the slice
+// controller's report of one slice, whichever came first, and a later report of one slice
+// does not replace it.
+func TestGateCheckReportOrder(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	g := newGateCheck(gateOptions(DroppedFieldsRefuse), fake.NewClientset(), &recordedWarnings{})
+	partial := &serverfeatures.DroppedError{Drops: []serverfeatures.Drop{{Gate: "DRAPartitionableDevices", Where: "node-1/gpu-0"}}}
+	full := &serverfeatures.DroppedError{Drops: []serverfeatures.Drop{{Gate: "DRAPartitionableDevices", Where: "node-1"}, {Gate: "DRAPartitionableDevices", Where: "node-1/gpu-0"}}}
+	g.report(ctx, partial, false)
+	select {
+	case <-g.refused:
+	default:
+		t.Fatal("a report did not signal the refusal")
+	}
+	g.report(ctx, full, true)
+	g.report(ctx, partial, false)
+	if got := g.refusalNow(); got != full {
+		t.Errorf("refusal %v, want the complete one %v", got, full)
+	}
+}
