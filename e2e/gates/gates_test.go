@@ -31,9 +31,9 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 )
 
-// gatesOff turns off, in 1.37, the three gates whose fields the plugin publishes; the rules
-// gate and the fractional-capacity gate depend on two of them, and the apiserver refuses to
-// start with a dependency off.
+// gatesOff turns off, in 1.37, the three gates whose fields the plugin publishes, and with them
+// the gates that depend on two of them (pkg/features/kube_features.go: DRADeviceTaintRules on
+// DRADeviceTaints, DRAFractionalCapacityRange on DRAConsumableCapacity).
 const gatesOff = "--feature-gates=DRAPartitionableDevices=false,DRAConsumableCapacity=false," +
 	"DRADeviceTaints=false,DRADeviceTaintRules=false,DRAFractionalCapacityRange=false"
 

@@ -1,6 +1,7 @@
 package serverfeatures
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -203,5 +204,33 @@ func TestDroppedErrorMessage(t *testing.T) {
 	}
 	if got := err.Gates(); !slices.Equal(got, []string{"DRAConsumableCapacity", "DRAPartitionableDevices"}) {
 		t.Errorf("gates: %v", got)
+	}
+}
+
+// TestDocsListEveryField: docs/versions.md's gate table names every gate and field checked
+// here, so that a field added to the check is documented.
+func TestDocsListEveryField(t *testing.T) {
+	data, err := os.ReadFile("../../docs/versions.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 6 {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = cells[6]
+		}
+	}
+	check := func(gate, field string) {
+		row, ok := rows[gate]
+		last := field[strings.LastIndex(field, ".")+1:]
+		if !ok || !strings.Contains(row, last) {
+			t.Errorf("docs/versions.md: no row for %s naming %s (%s)", gate, last, field)
+		}
+	}
+	for _, f := range deviceFields {
+		check(f.gate, f.field)
+	}
+	for _, f := range sliceFields {
+		check(f.gate, f.field)
 	}
 }
