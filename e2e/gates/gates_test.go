@@ -67,14 +67,29 @@ func TestGatesOff(t *testing.T) {
 		})
 	}
 
-	// A plugin that publishes none of those fields serves; a device taint, published only when
-	// a GPU fails, is dropped then, and the plugin refuses at that moment.
-	t.Run("TaintAtRuntime", func(t *testing.T) {
+	// Device health publishes taints only when a device fails: the plugin asks the server at
+	// start, with a dry run, and refuses then rather than when the first GPU fails.
+	t.Run("HealthTaints", func(t *testing.T) {
+		node, err := c.AddNode(ctx, cluster.NodeOptions{Name: "health-node"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{Profile: "h100-8x-2numa", NoWait: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectRefusal(ctx, t, client, p, "DRADeviceTaints")
+	})
+
+	// With every taint effect None the plugin publishes none of those fields: it serves with
+	// the gates off, and a failing GPU changes nothing about that.
+	t.Run("NoTaints", func(t *testing.T) {
 		node, err := c.AddNode(ctx, cluster.NodeOptions{Name: "plain-node"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{Profile: "h100-8x-2numa"})
+		p, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{Profile: "h100-8x-2numa",
+			ExtraArgs: []string{"--device-taint-effects=ecc=None,fault=None,lost=None,unknown=None,xid=None"}})
 		if err != nil {
 			t.Fatalf("a plugin using no gated field refused: %v", err)
 		}
@@ -88,7 +103,10 @@ func TestGatesOff(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(faults, "gpu-2"), []byte("xid 48\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		expectRefusal(ctx, t, client, p, "DRADeviceTaints")
+		time.Sleep(5 * time.Second)
+		if p.Process().Exited() {
+			t.Fatalf("plugin without taints exited:\n%s", p.Process().LogTail(30))
+		}
 	})
 
 	// --dropped-fields=warn: the same gate off is a Warning event, and the plugin serves.

@@ -99,8 +99,9 @@ func (g *gateCheck) selector() string {
 }
 
 // verify reads back the slices of the first publish once the server holds them all and
-// reports what it dropped. Not seeing them within publishCheckTimeout is no refusal.
-func (g *gateCheck) verify(ctx context.Context, desired map[string]resourceslice.Pool) {
+// reports what it dropped, with probed (what probes found). Not seeing the slices within
+// publishCheckTimeout is no refusal of its own.
+func (g *gateCheck) verify(ctx context.Context, desired map[string]resourceslice.Pool, probed []serverfeatures.Drop) {
 	logger := klog.FromContext(ctx)
 	var drops []serverfeatures.Drop
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, publishCheckTimeout, true, func(ctx context.Context) (bool, error) {
@@ -115,11 +116,36 @@ func (g *gateCheck) verify(ctx context.Context, desired map[string]resourceslice
 	})
 	if err != nil {
 		logger.Info("The server did not hold every published ResourceSlice in time; the slice controller's reports check them", "timeout", publishCheckTimeout)
-		return
+		drops = nil
 	}
-	if len(drops) > 0 {
+	if drops = append(probed, drops...); len(drops) > 0 {
 		g.report(ctx, &serverfeatures.DroppedError{Drops: drops}, true)
 	}
+}
+
+// probeTaints asks the server, with a dry-run create of a slice holding one tainted device,
+// whether it keeps device taints, and returns the drop if it does not. An error (a server without dry
+// run, a webhook refusing it) is logged and not a refusal: the slice controller's reports
+// still catch a dropped taint when one is published.
+func (g *gateCheck) probeTaints(ctx context.Context) []serverfeatures.Drop {
+	want := resourceslice.Slice{Devices: []resourceapi.Device{{
+		Name:   "dry-run-probe",
+		Taints: []resourceapi.DeviceTaint{{Key: g.driverName + "/probe", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
+	}}}
+	probe := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: g.nodeName + "-" + g.driverName + "-probe-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: g.driverName, NodeName: &g.nodeName,
+			Pool:    resourceapi.ResourcePool{Name: g.nodeName, Generation: 1, ResourceSliceCount: 1},
+			Devices: want.Devices,
+		},
+	}
+	got, err := g.kube.ResourceV1().ResourceSlices().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Dry-run ResourceSlice with a device taint; whether the server keeps taints is checked when one is published")
+		return nil
+	}
+	return serverfeatures.CompareSlice(g.nodeName, &want, serverfeatures.FromAPI(got))
 }
 
 // refuse records the refusal where an operator looks (the Node's events), and withdraws the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -69,7 +73,7 @@ func TestGateCheckVerify(t *testing.T) {
 			kube := fake.NewClientset(storedSlice("s-0", tc.stored))
 			var warnings recordedWarnings
 			g := newGateCheck(gateOptions(tc.mode), kube, &warnings)
-			g.verify(ctx, desired)
+			g.verify(ctx, desired, nil)
 			refused := g.refusalNow()
 			if (refused != nil) != tc.wantRefused || len(warnings) != tc.wantWarnings {
 				t.Fatalf("refused %v, warnings %q; want refused %v, %d warning(s)", refused, warnings, tc.wantRefused, tc.wantWarnings)
@@ -111,12 +115,12 @@ func TestGateCheckRefuse(t *testing.T) {
 		ev.InvolvedObject.Name != "node-1" || ev.InvolvedObject.Namespace != "" || ev.Message != dropped.Error() {
 		t.Errorf("event: %+v", ev)
 	}
-	slices, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	left, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(slices.Items) != 0 {
-		t.Errorf("slices left after the refusal: %d", len(slices.Items))
+	if len(left.Items) != 0 {
+		t.Errorf("slices left after the refusal: %d", len(left.Items))
 	}
 }
 
@@ -177,5 +181,89 @@ func TestGateCheckReportOrder(t *testing.T) {
 	g.report(ctx, partial, false)
 	if got := g.refusalNow(); got != full {
 		t.Errorf("refusal %v, want the complete one %v", got, full)
+	}
+}
+
+// TestGateCheckProbeTaints: the dry-run probe finds a server that drops device taints (a
+// reactor drops them as v1.37.1 does with DRADeviceTaints off) and one that keeps them, and
+// persists nothing.
+func TestGateCheckProbeTaints(t *testing.T) {
+	for name, tc := range map[string]struct {
+		dropTaints bool
+		wantGate   string
+	}{
+		"gate off": {dropTaints: true, wantGate: "DRADeviceTaints"},
+		"gate on":  {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			kube := fake.NewClientset()
+			var dryRun []string
+			kube.PrependReactor("create", "resourceslices", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				create := action.(k8stesting.CreateActionImpl)
+				dryRun = create.CreateOptions.DryRun
+				s := create.GetObject().(*resourceapi.ResourceSlice).DeepCopy()
+				if tc.dropTaints {
+					for i := range s.Spec.Devices {
+						s.Spec.Devices[i].Taints = nil
+					}
+				}
+				return true, s, nil
+			})
+			g := newGateCheck(gateOptions(DroppedFieldsRefuse), kube, &recordedWarnings{})
+			drops := g.probeTaints(ctx)
+			if !slices.Equal(dryRun, []string{metav1.DryRunAll}) {
+				t.Errorf("probe created with dryRun %v, want [All]", dryRun)
+			}
+			var gates []string
+			for _, d := range drops {
+				gates = append(gates, d.Gate)
+			}
+			if tc.wantGate == "" && gates != nil || tc.wantGate != "" && !slices.Equal(gates, []string{tc.wantGate}) {
+				t.Errorf("refusal gates %v, want %q", gates, tc.wantGate)
+			}
+		})
+	}
+}
+
+// TestGatedPluginHandleError: a dropped taint reported by the slice controller on a later
+// publish (a device failed) is a refusal too.
+func TestGatedPluginHandleError(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	g := newGateCheck(gateOptions(DroppedFieldsRefuse), fake.NewClientset(), &recordedWarnings{})
+	inner := &handledErrors{}
+	p := gatedPlugin{DRAPlugin: inner, check: g}
+	desired := storedSlice("s-0", resourceapi.Device{Name: "gpu-2", Taints: []resourceapi.DeviceTaint{{Key: "gpu.accel-dra.io/xid", Effect: resourceapi.DeviceTaintEffectNoSchedule}}})
+	actual := storedSlice("s-0", resourceapi.Device{Name: "gpu-2"})
+	err := &resourceslice.DroppedFieldsError{PoolName: "node-1", DesiredSlice: desired, ActualSlice: actual}
+	p.HandleError(ctx, err, "publishing")
+	if len(inner.errs) != 1 {
+		t.Errorf("the driver's HandleError got %d errors, want the one", len(inner.errs))
+	}
+	if r := g.refusalNow(); r == nil || !slices.Equal(r.Gates(), []string{"DRADeviceTaints"}) {
+		t.Errorf("refusal %v, want one naming DRADeviceTaints", r)
+	}
+}
+
+// handledErrors is a DRAPlugin of which only HandleError is called.
+type handledErrors struct {
+	kubeletplugin.DRAPlugin
+	errs []error
+}
+
+func (h *handledErrors) HandleError(_ context.Context, err error, _ string) {
+	h.errs = append(h.errs, err)
+}
+
+// TestGateCheckVerifyWithProbe: what the taint probe found and what the first publish shows
+// make one refusal naming every gate.
+func TestGateCheckVerifyWithProbe(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	desired := map[string]resourceslice.Pool{"node-1": {Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{sharedGPU()}}}}}
+	probed := []serverfeatures.Drop{{Gate: "DRADeviceTaints", Feature: "device taints", Field: "spec.devices[].taints", Where: "node-1/taint-probe"}}
+	g := newGateCheck(gateOptions(DroppedFieldsRefuse), fake.NewClientset(storedSlice("s-0", resourceapi.Device{Name: "gpu-0"})), &recordedWarnings{})
+	g.verify(ctx, desired, probed)
+	if r := g.refusalNow(); r == nil || !slices.Equal(r.Gates(), []string{"DRAConsumableCapacity", "DRADeviceTaints"}) {
+		t.Errorf("refusal %v, want one naming DRAConsumableCapacity and DRADeviceTaints", r)
 	}
 }

@@ -204,8 +204,26 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	gates := newGateCheck(o, kube, events)
 	plugin = gatedPlugin{DRAPlugin: plugin, check: gates}
+	var helper *kubeletplugin.Helper
+	refuse := func(dropped *serverfeatures.DroppedError) error {
+		logger.Error(dropped, "Refusing to run: the API server does not keep what the plugin publishes", "gates", dropped.Gates())
+		start.refuse(dropped.Error())
+		// The helper stops first, or its slice controller would publish the slices again.
+		helper.Stop()
+		gates.refuse(ctx, dropped)
+		cancelRun()
+		return fmt.Errorf("refusing to run: %w", dropped)
+	}
+	// Taints are published only when a device fails: whether the server keeps them is asked
+	// now, with a dry run, rather than when the first device fails, and reported with what
+	// the first publish shows, so that one message names every gate.
+	var taintDrops []serverfeatures.Drop
+	if effects, _ := health.ParseEffects(o.DeviceTaintEffects); watchHealth && len(effects) > 0 {
+		start.waitFor(ctx, "the API server to say whether it keeps device taints (a dry-run ResourceSlice)")
+		taintDrops = gates.probeTaints(ctx)
+	}
 	start.waitFor(ctx, "the kubelet plugin's gRPC servers to start")
-	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
+	helper, err = kubeletplugin.Start(ctx, plugin, opts...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
 	}
@@ -217,16 +235,7 @@ func Run(ctx context.Context, o *Options) error {
 	// A field whose feature gate is off is dropped without an error: read the slices back
 	// before serving (docs/versions.md).
 	start.waitFor(ctx, "the API server to store the ResourceSlices, to check that it kept every field")
-	gates.verify(ctx, first.Pools)
-	refuse := func(dropped *serverfeatures.DroppedError) error {
-		logger.Error(dropped, "Refusing to run: the API server does not keep what the plugin publishes", "gates", dropped.Gates())
-		start.refuse(dropped.Error())
-		// The helper stops first, or its slice controller would publish the slices again.
-		helper.Stop()
-		gates.refuse(ctx, dropped)
-		cancelRun()
-		return fmt.Errorf("refusing to run: %w", dropped)
-	}
+	gates.verify(ctx, first.Pools, taintDrops)
 	if dropped := gates.refusalNow(); dropped != nil {
 		return refuse(dropped)
 	}

@@ -37,20 +37,19 @@ type startup struct {
 func newStartup() *startup { return &startup{step: "the process to start", since: time.Now()} }
 
 // waitFor records and logs what the start-up waits for now.
-func (s *startup) waitFor(ctx context.Context, step string) {
-	s.mu.Lock()
-	s.step, s.since, s.alive = step, time.Now(), false
-	s.mu.Unlock()
-	klog.FromContext(ctx).Info("Starting up", "waitingFor", step)
-}
+func (s *startup) waitFor(ctx context.Context, step string) { s.setStep(ctx, step, false) }
 
 // waitAlive is waitFor for a step that may wait without bound for something a restart does not
 // bring: /healthz answers 200 while it lasts (and /readyz 503).
-func (s *startup) waitAlive(ctx context.Context, step string) {
-	s.waitFor(ctx, step)
+func (s *startup) waitAlive(ctx context.Context, step string) { s.setStep(ctx, step, true) }
+
+// setStep sets the step and whether it is alive at once, so that no probe in between sees the
+// alive step as a failing one.
+func (s *startup) setStep(ctx context.Context, step string, alive bool) {
 	s.mu.Lock()
-	s.alive = true
+	s.step, s.since, s.alive = step, time.Now(), alive
 	s.mu.Unlock()
+	klog.FromContext(ctx).Info("Starting up", "waitingFor", step)
 }
 
 // serving ends the start-up: from now on the health checker and the registration answer.

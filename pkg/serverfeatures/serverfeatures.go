@@ -14,6 +14,7 @@ package serverfeatures
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -184,7 +185,7 @@ func FromAPI(s *resourceapi.ResourceSlice) *resourceslice.Slice {
 // same pool, since the server may have dropped all that told them apart.
 func ComparePools(desired map[string]resourceslice.Pool, stored []resourceapi.ResourceSlice) (drops []Drop, published bool) {
 	published = true
-	for _, name := range sortedKeys(desired) {
+	for _, name := range slices.Sorted(maps.Keys(desired)) {
 		pool := desired[name]
 		var current []resourceapi.ResourceSlice
 		var generation int64
@@ -230,15 +231,6 @@ func matches(want *resourceslice.Slice, got *resourceapi.ResourceSlice) bool {
 	return slices.ContainsFunc(got.Spec.Devices, func(d resourceapi.Device) bool { return d.Name == want.Devices[0].Name })
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // DroppedError says which features the server dropped, by gate. Its message is what the
 // plugin logs, records in its Node's event and answers on /healthz.
 type DroppedError struct {
@@ -279,7 +271,7 @@ func (e *DroppedError) Error() string {
 		}
 	}
 	parts := make([]string, 0, len(byGate))
-	for _, gate := range sortedKeys(byGate) {
+	for _, gate := range slices.Sorted(maps.Keys(byGate)) {
 		g := byGate[gate]
 		slices.Sort(g.features)
 		slices.Sort(g.fields)
