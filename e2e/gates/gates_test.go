@@ -37,6 +37,10 @@ import (
 const gatesOff = "--feature-gates=DRAPartitionableDevices=false,DRAConsumableCapacity=false," +
 	"DRADeviceTaints=false,DRADeviceTaintRules=false,DRAFractionalCapacityRange=false"
 
+// noTaints turns every device taint off: the plugin then publishes none of the fields of
+// DRADeviceTaints, which gatesOff turns off too.
+const noTaints = "--device-taint-effects=ecc=None,fault=None,lost=None,xid=None"
+
 // The chart's rbac.nodeEventsNamespace, which framework.StartPlugin passes as the chart does.
 const eventsNamespace = metav1.NamespaceDefault
 
@@ -63,7 +67,7 @@ func TestGatesOff(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			expectRefusal(ctx, t, client, p, tc.gate)
+			expectRefusal(ctx, t, client, p, tc.gate, true)
 		})
 	}
 
@@ -78,7 +82,7 @@ func TestGatesOff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		expectRefusal(ctx, t, client, p, "DRADeviceTaints")
+		expectRefusal(ctx, t, client, p, "DRADeviceTaints", true)
 	})
 
 	// With every taint effect None the plugin publishes none of those fields: it serves with
@@ -89,7 +93,7 @@ func TestGatesOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{Profile: "h100-8x-2numa",
-			ExtraArgs: []string{"--device-taint-effects=ecc=None,fault=None,lost=None,unknown=None,xid=None"}})
+			ExtraArgs: []string{noTaints}})
 		if err != nil {
 			t.Fatalf("a plugin using no gated field refused: %v", err)
 		}
@@ -106,6 +110,40 @@ func TestGatesOff(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		if p.Process().Exited() {
 			t.Fatalf("plugin without taints exited:\n%s", p.Process().LogTail(30))
+		}
+	})
+
+	// A rolling update with surge to a configuration the server cannot hold: the new instance
+	// refuses before it publishes anything, and the old one's slices stay as they were.
+	t.Run("RollingUpdate", func(t *testing.T) {
+		node, err := c.AddNode(ctx, cluster.NodeOptions{Name: "surge-node"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{Profile: "h100-8x-2numa", PodUID: "old",
+			ExtraArgs: []string{noTaints}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := framework.WaitForSlices(ctx, client, framework.GPUDriver, node.Name, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{Profile: "h100-8x-2numa", PodUID: "new", NoWait: true,
+			ExtraArgs: []string{noTaints, "--consumable-memory"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectRefusal(ctx, t, client, p, "DRAConsumableCapacity", false)
+		after, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after.Items) != len(before) || after.Items[0].UID != before[0].UID || after.Items[0].ResourceVersion != before[0].ResourceVersion {
+			t.Errorf("the old instance's slices changed: %d before, %d after", len(before), len(after.Items))
+		}
+		if old.Process().Exited() {
+			t.Fatalf("the old instance exited:\n%s", old.Process().LogTail(30))
 		}
 	})
 
@@ -178,8 +216,9 @@ func TestGatesOn(t *testing.T) {
 }
 
 // expectRefusal waits for the plugin to exit with status 1 and checks that it said why, naming
-// gate, in its log and in a Warning event on its Node, and that it left no ResourceSlices.
-func expectRefusal(ctx context.Context, t *testing.T, client kubernetes.Interface, p *framework.Plugin, gate string) {
+// gate, in its log and in a Warning event on its Node, and, with checkNoSlices, that the node
+// has no ResourceSlices.
+func expectRefusal(ctx context.Context, t *testing.T, client kubernetes.Interface, p *framework.Plugin, gate string, checkNoSlices bool) {
 	t.Helper()
 	select {
 	case <-p.Process().Done():
@@ -199,6 +238,9 @@ func expectRefusal(ctx context.Context, t *testing.T, client kubernetes.Interfac
 		t.Fatal(err)
 	}
 	t.Logf("event %s/%s: %s", ev.Namespace, ev.Name, ev.Message)
+	if !checkNoSlices {
+		return
+	}
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.Node.Name})
 	if err != nil {
 		t.Fatal(err)

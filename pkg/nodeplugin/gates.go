@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,6 +125,40 @@ func (g *gateCheck) verify(ctx context.Context, desired map[string]resourceslice
 	}
 }
 
+// dryRun creates every slice of desired with a dry run and returns what the server would
+// drop: the check of the first publish before it happens, so that a plugin that refuses has
+// published nothing (during a rolling update the node's slices are the other instance's). An
+// error (an invalid slice, a server without dry run) is logged and no refusal: the publish
+// reports it, and the read-back after it checks what the server kept.
+func (g *gateCheck) dryRun(ctx context.Context, desired map[string]resourceslice.Pool) []serverfeatures.Drop {
+	var drops []serverfeatures.Drop
+	for _, name := range slices.Sorted(maps.Keys(desired)) {
+		pool := desired[name]
+		for i := range pool.Slices {
+			want := &pool.Slices[i]
+			s := &resourceapi.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: g.nodeName + "-" + g.driverName + "-dry-run-"},
+				Spec: resourceapi.ResourceSliceSpec{
+					Driver: g.driverName, NodeName: &g.nodeName,
+					Pool:                   resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+					Devices:                want.Devices,
+					SharedCounters:         want.SharedCounters,
+					PerDeviceNodeSelection: want.PerDeviceNodeSelection,
+					PartitionTypeAttribute: want.PartitionTypeAttribute,
+					SkipNodeOperations:     want.SkipNodeOperations,
+				},
+			}
+			got, err := g.kube.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Dry-run ResourceSlice; what the server keeps is checked after the publish", "pool", name, "slice", i)
+				continue
+			}
+			drops = append(drops, serverfeatures.CompareSlice(name, want, serverfeatures.FromAPI(got))...)
+		}
+	}
+	return drops
+}
+
 // probeTaints asks the server, with a dry-run create of a slice holding one tainted device,
 // whether it keeps device taints, and returns the drop if it does not. An error (a server without dry
 // run, a webhook refusing it) is logged and not a refusal: the slice controller's reports
@@ -148,10 +184,11 @@ func (g *gateCheck) probeTaints(ctx context.Context) []serverfeatures.Drop {
 	return serverfeatures.CompareSlice(g.nodeName, &want, serverfeatures.FromAPI(got))
 }
 
-// refuse records the refusal where an operator looks (the Node's events), and withdraws the
-// plugin's slices so that no scheduler allocates from what the server kept of them. The event
+// refuse records the refusal where an operator looks (the Node's events) and, with withdraw
+// (the plugin published), deletes the slices so that no scheduler allocates from what the
+// server kept of them. The event
 // is created directly, not through the recorder, whose queue the exit would cut short.
-func (g *gateCheck) refuse(ctx context.Context, err *serverfeatures.DroppedError) {
+func (g *gateCheck) refuse(ctx context.Context, err *serverfeatures.DroppedError, withdraw bool) {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -168,6 +205,9 @@ func (g *gateCheck) refuse(ctx context.Context, err *serverfeatures.DroppedError
 	}
 	if _, cerr := g.kube.CoreV1().Events(g.eventsNamespace).Create(ctx, ev, metav1.CreateOptions{}); cerr != nil {
 		logger.Error(cerr, "Recording the refusal on the Node", "namespace", g.eventsNamespace)
+	}
+	if !withdraw {
+		return
 	}
 	list, lerr := g.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: g.selector()})
 	if lerr != nil {

@@ -101,7 +101,7 @@ func TestGateCheckRefuse(t *testing.T) {
 	kube := fake.NewClientset(storedSlice("s-0", resourceapi.Device{Name: "gpu-0"}))
 	g := newGateCheck(gateOptions(DroppedFieldsRefuse), kube, &recordedWarnings{})
 	dropped := &serverfeatures.DroppedError{Drops: []serverfeatures.Drop{{Gate: "DRAConsumableCapacity", Feature: "consumable capacity", Field: "spec.devices[].allowMultipleAllocations", Where: "node-1/gpu-0"}}}
-	g.refuse(ctx, dropped)
+	g.refuse(ctx, dropped, true)
 
 	events, err := kube.CoreV1().Events("gpu-system").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -265,5 +265,53 @@ func TestGateCheckVerifyWithProbe(t *testing.T) {
 	g.verify(ctx, desired, probed)
 	if r := g.refusalNow(); r == nil || !slices.Equal(r.Gates(), []string{"DRAConsumableCapacity", "DRADeviceTaints"}) {
 		t.Errorf("refusal %v, want one naming DRAConsumableCapacity and DRADeviceTaints", r)
+	}
+}
+
+// TestGateCheckDryRun: the first publish is tried with dry runs, slice by slice, before
+// anything is published; a server that drops allowMultipleAllocations (a reactor drops it as
+// v1.37.1 does with DRAConsumableCapacity off) is found, and nothing is stored.
+func TestGateCheckDryRun(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube := fake.NewClientset()
+	var dryRuns int
+	kube.PrependReactor("create", "resourceslices", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		create := action.(k8stesting.CreateActionImpl)
+		if !slices.Equal(create.CreateOptions.DryRun, []string{metav1.DryRunAll}) {
+			return false, nil, nil
+		}
+		dryRuns++
+		s := create.GetObject().(*resourceapi.ResourceSlice).DeepCopy()
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].AllowMultipleAllocations = nil
+		}
+		return true, s, nil
+	})
+	desired := map[string]resourceslice.Pool{"node-1": {Slices: []resourceslice.Slice{
+		{Devices: []resourceapi.Device{sharedGPU()}},
+		{Devices: []resourceapi.Device{{Name: "gpu-1"}}},
+	}}}
+	g := newGateCheck(gateOptions(DroppedFieldsRefuse), kube, &recordedWarnings{})
+	drops := g.dryRun(ctx, desired)
+	if dryRuns != 2 || len(drops) != 1 || drops[0].Gate != "DRAConsumableCapacity" || drops[0].Where != "node-1/gpu-0" {
+		t.Errorf("%d dry runs, drops %+v; want 2 and DRAConsumableCapacity at node-1/gpu-0", dryRuns, drops)
+	}
+	if list, _ := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Errorf("dry runs stored %d slices", len(list.Items))
+	}
+}
+
+// TestGateCheckRefuseKeepsOthersSlices: a refusal before publishing (withdraw false) records
+// the event and leaves the node's slices, another instance's in a rolling update, alone.
+func TestGateCheckRefuseKeepsOthersSlices(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	kube := fake.NewClientset(storedSlice("s-0", resourceapi.Device{Name: "gpu-0"}))
+	g := newGateCheck(gateOptions(DroppedFieldsRefuse), kube, &recordedWarnings{})
+	g.refuse(ctx, &serverfeatures.DroppedError{Drops: []serverfeatures.Drop{{Gate: "DRADeviceTaints"}}}, false)
+	if list, _ := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); len(list.Items) != 1 {
+		t.Errorf("%d slices after a refusal before publishing, want the 1 there", len(list.Items))
+	}
+	if events, _ := kube.CoreV1().Events("gpu-system").List(ctx, metav1.ListOptions{}); len(events.Items) != 1 {
+		t.Errorf("%d events, want 1", len(events.Items))
 	}
 }

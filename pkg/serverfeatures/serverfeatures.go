@@ -278,7 +278,7 @@ func (e *DroppedError) Error() string {
 		parts = append(parts, fmt.Sprintf("feature gate %s is off: %s dropped (%s, %d time(s), first at %s)",
 			gate, strings.Join(g.features, ", "), strings.Join(g.fields, ", "), g.n, g.where))
 	}
-	return "kube-apiserver dropped fields of the published ResourceSlices: " + strings.Join(parts, "; ") +
+	return "kube-apiserver drops fields of this plugin's ResourceSlices: " + strings.Join(parts, "; ") +
 		"; enable " + strings.Join(e.Gates(), ", ") + " on kube-apiserver (and the scheduler), or turn off the plugin's feature that needs it (docs/versions.md)"
 }
 
