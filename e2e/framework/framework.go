@@ -111,6 +111,9 @@ type PluginOptions struct {
 	// PodUID is what the DaemonSet passes as $POD_UID (--pod-uid): it turns on the kubelet's
 	// rolling update, under which two plugins for one driver may serve a node at once.
 	PodUID string
+	// NoWait returns as soon as the process started, without waiting for it to be ready: for a
+	// plugin that the test expects to refuse to run (e2e/gates).
+	NoWait bool
 }
 
 // Plugin is a node plugin process on a node.
@@ -121,10 +124,11 @@ type Plugin struct {
 	HTTPAddr string
 	Args     []string
 
-	c    *cluster.Cluster
-	name string
-	proc *cluster.Process
-	runs int
+	c      *cluster.Cluster
+	name   string
+	proc   *cluster.Process
+	runs   int
+	noWait bool
 }
 
 // StartPlugin runs accel-dra-kubelet-plugin for a node with the paths of that node's kubelet,
@@ -154,6 +158,7 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 		Node: n, Driver: o.Driver, CDIDir: n.CDIDirs[len(n.CDIDirs)-1], c: c,
 		HTTPAddr: "127.0.0.1:" + strconv.Itoa(port),
 		name:     "plugin-" + n.Name + "-" + strings.Split(o.Driver, ".")[0],
+		noWait:   o.NoWait,
 	}
 	if o.PodUID != "" {
 		p.name += "-" + o.PodUID
@@ -206,6 +211,9 @@ func (p *Plugin) start(ctx context.Context) error {
 		return err
 	}
 	p.proc = proc
+	if p.noWait {
+		return nil
+	}
 	return p.WaitReady(ctx)
 }
 

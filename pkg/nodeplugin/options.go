@@ -110,6 +110,11 @@ type Options struct {
 
 	// NVIDIACompat is the NVIDIA compatibility mode (compat.go, docs/migrate-from-nvidia.md).
 	NVIDIACompat bool
+
+	// DroppedFields says what the plugin does when kube-apiserver drops fields of its
+	// ResourceSlices because a feature gate is off: DroppedFieldsRefuse or DroppedFieldsWarn
+	// (gates.go, docs/versions.md).
+	DroppedFields string
 }
 
 // GPU mock driver roots (--mock-driver-root).
@@ -144,6 +149,7 @@ func NewOptions() *Options {
 		IgnoredXIDs:         defaultIgnoredXIDs(),
 		Kube:                kubeclient.DefaultOptions(),
 		Logging:             logsapi.NewLoggingConfiguration(),
+		DroppedFields:       DroppedFieldsRefuse,
 	}
 }
 
@@ -191,6 +197,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.NVIDIACompat, "nvidia-compat", o.NVIDIACompat, "NVIDIA compatibility mode, for workloads written for NVIDIA's DRA driver (docs/migrate-from-nvidia.md): the driver name defaults to gpu.nvidia.com, opaque configuration of NVIDIA's API (resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig) is translated to accel-dra's, devices also carry NVIDIA's attribute names, and health taints use NVIDIA's keys. GPU backends only. Never run it on a node where NVIDIA's driver runs.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
+	fs.StringVar(&o.DroppedFields, "dropped-fields", o.DroppedFields, "What to do when kube-apiserver drops fields of the published ResourceSlices because a feature gate is off (device taints, shared counters, consumable capacity, ...): refuse (a Warning event on the Node naming the gate, 503 on /healthz, the slices withdrawn, exit status 1) or warn (the event and an error log; the plugin serves the slices as the server kept them). See docs/versions.md.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 	return fs
@@ -233,6 +240,9 @@ func (o *Options) Complete() error {
 	}
 	if o.MPSDaemons != MPSDaemonsPod && o.MPSDaemons != MPSDaemonsProcess {
 		return fmt.Errorf("--mps-daemons=%q: want %s or %s", o.MPSDaemons, MPSDaemonsPod, MPSDaemonsProcess)
+	}
+	if err := checkDroppedFieldsMode(o.DroppedFields); err != nil {
+		return err
 	}
 	if _, err := health.ParseEffects(o.DeviceTaintEffects); err != nil {
 		return fmt.Errorf("--device-taint-effects: %w", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
+	"github.com/accel-dra/accel-dra/pkg/serverfeatures"
 )
 
 // ApplyLogging validates and applies the logging flags; call it once after flag parsing.
@@ -46,6 +47,9 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.nvidiaPluginGone(ctx); err != nil {
 		return err
 	}
+	// A refusal (gates.go) ends the background work as a signal does.
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
 
 	// The HTTP endpoint comes first, so that probes and people get an answer, and the metrics,
 	// while the plugin starts.
@@ -208,14 +212,50 @@ func Run(ctx context.Context, o *Options) error {
 		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 			kubeletplugin.CDIDirectory(o.CDIRoot))
 	}
+	gates := newGateCheck(o, kube, events)
+	plugin = gatedPlugin{DRAPlugin: plugin, check: gates}
+	var helper *kubeletplugin.Helper
+	// withdraw: the plugin published the slices the server dropped fields of.
+	refuse := func(dropped *serverfeatures.DroppedError, withdraw bool) error {
+		logger.Error(dropped, "Refusing to run: the API server does not keep what the plugin publishes", "gates", dropped.Gates())
+		start.refuse(dropped.Error())
+		// The helper stops first, or its slice controller would publish the slices again.
+		helper.Stop()
+		gates.refuse(ctx, dropped, withdraw)
+		cancelRun()
+		return fmt.Errorf("refusing to run: %w", dropped)
+	}
+	// What the server would keep of the first publish, asked with dry runs before the plugin
+	// registers or publishes anything. Taints are published only when a device fails: whether
+	// the server keeps them is asked now too, rather than when the first device fails.
+	start.waitFor(ctx, "the API server to say what it keeps of the ResourceSlices (dry runs)")
+	first := drv.Resources()
+	var taintDrops []serverfeatures.Drop
+	if effects, _ := health.ParseEffects(o.DeviceTaintEffects); watchHealth && len(effects) > 0 {
+		taintDrops = gates.probeTaints(ctx)
+	}
+	if o.DroppedFields == DroppedFieldsRefuse {
+		if drops := append(gates.dryRun(ctx, first.Pools), taintDrops...); len(drops) > 0 {
+			return refuse(&serverfeatures.DroppedError{Drops: drops}, false)
+		}
+	}
 	start.waitFor(ctx, "the kubelet plugin's gRPC servers to start")
-	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
+	helper, err = kubeletplugin.Start(ctx, plugin, opts...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	if err := helper.PublishResources(ctx, drv.Resources()); err != nil {
+	if err := helper.PublishResources(ctx, first); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	// A field whose feature gate is off is dropped without an error: read the slices back
+	// before serving (docs/versions.md).
+	start.waitFor(ctx, "the API server to store the ResourceSlices, to check that it kept every field")
+	// The read-back checks what the server kept (another apiserver than the dry runs', in a
+	// control plane being upgraded); in warn mode it is the one report, with the taint probe's.
+	gates.verify(ctx, first.Pools, taintDrops)
+	if dropped := gates.refusalNow(); dropped != nil {
+		return refuse(dropped, true)
 	}
 	// Records of claims the kubelet no longer needs (a prepare it cancelled that published
 	// after its unprepare) and leftovers of lost GPUs are collected in the background.
@@ -254,7 +294,11 @@ func Run(ctx context.Context, o *Options) error {
 		defer func() { <-watched }()
 	}
 	logger.Info("Plugin running", "backend", o.Backend, "devices", len(inv.Devices))
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-gates.refused:
+		return refuse(gates.refusalNow(), true)
+	}
 	logger.Info("Shutting down")
 	return nil
 }

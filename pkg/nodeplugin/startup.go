@@ -29,25 +29,27 @@ type startup struct {
 	// health and ready answer /healthz and /readyz once the plugin serves; nil before.
 	health http.Handler
 	ready  func() error
+	// refused is why the plugin refuses to run (gates.go); /healthz and /readyz answer it
+	// with 503 from then on.
+	refused string
 }
 
 func newStartup() *startup { return &startup{step: "the process to start", since: time.Now()} }
 
 // waitFor records and logs what the start-up waits for now.
-func (s *startup) waitFor(ctx context.Context, step string) {
-	s.mu.Lock()
-	s.step, s.since, s.alive = step, time.Now(), false
-	s.mu.Unlock()
-	klog.FromContext(ctx).Info("Starting up", "waitingFor", step)
-}
+func (s *startup) waitFor(ctx context.Context, step string) { s.setStep(ctx, step, false) }
 
 // waitAlive is waitFor for a step that may wait without bound for something a restart does not
 // bring: /healthz answers 200 while it lasts (and /readyz 503).
-func (s *startup) waitAlive(ctx context.Context, step string) {
-	s.waitFor(ctx, step)
+func (s *startup) waitAlive(ctx context.Context, step string) { s.setStep(ctx, step, true) }
+
+// setStep sets the step and whether it is alive at once, so that no probe in between sees the
+// alive step as a failing one.
+func (s *startup) setStep(ctx context.Context, step string, alive bool) {
 	s.mu.Lock()
-	s.alive = true
+	s.step, s.since, s.alive = step, time.Now(), alive
 	s.mu.Unlock()
+	klog.FromContext(ctx).Info("Starting up", "waitingFor", step)
 }
 
 // serving ends the start-up: from now on the health checker and the registration answer.
@@ -57,11 +59,22 @@ func (s *startup) serving(health http.Handler, ready func() error) {
 	s.health, s.ready = health, ready
 }
 
+// refuse makes /healthz and /readyz answer 503 with msg until the process ends.
+func (s *startup) refuse(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused = msg
+}
+
 // starting returns the message while the plugin starts, and whether the step is alive (see
 // waitAlive); "" once it serves.
 func (s *startup) starting() (string, bool, http.Handler, func() error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refused != "" {
+		refused := "refused: " + s.refused
+		return refused, false, nil, nil
+	}
 	if s.health != nil {
 		return "", false, s.health, s.ready
 	}
