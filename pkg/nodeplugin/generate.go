@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,6 +160,9 @@ func RunGenerate(ctx context.Context, args []string, out io.Writer) error {
 	if o.MockProfile == "" {
 		return errors.New("--mock-profile is required: one of " + strings.Join(profiles, ", "))
 	}
+	// The backend's progress is the plugin's start-up log; here only the result and errors
+	// count, and the output is for a pipe.
+	ctx = klog.NewContext(ctx, klog.LoggerWithName(logr.Discard(), GenerateCommand))
 	t, err := GenerateTemplate(ctx, o, template.BuildOptions{IdentityAttributes: identity})
 	if err != nil {
 		return err

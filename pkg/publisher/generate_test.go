@@ -22,6 +22,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/accelctl"
@@ -82,6 +83,14 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 				seed.Capacity = seedv1alpha1.Capacity{CPU: &cpu, Memory: &mem, EphemeralDisk: &disk, MaxPods: &pods}
 				generated, err := accelctl.GenerateSeed(ctx, shape, seed, inProcessPlugin)
 				if err != nil {
+					t.Fatal(err)
+				}
+				// Through the file `accelctl template generate` prints and `template seed` reads.
+				file, err := yaml.Marshal(generated)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if generated, err = seedv1alpha1.Decode(file); err != nil {
 					t.Fatal(err)
 				}
 				po := NewOptions()
