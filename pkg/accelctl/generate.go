@@ -170,7 +170,7 @@ reports a TemplateDiverged event if a node differs from it (docs/template-publis
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&s.Profile, "profile", "", "Mock profile of the node (accel-dra-kubelet-plugin --mock-profile): h100-8x-2numa, a100-8x, gh200-1x, ascend910b-8x, ascend310p-2x, ...")
+	f.StringVar(&s.Profile, "profile", "", "Mock profile of the node (accel-dra-kubelet-plugin --mock-profile): h100-8x-2numa, a100-8x, gh200-1x, ascend910b-8x, ascend310p-2x, ..., or shape:FILE for a declared machine (docs/examples/shapes).")
 	f.StringVar(&s.Backend, "backend", "", "mock or npu-mock (default: the one that has the profile).")
 	f.StringVar(&s.DriverName, "driver-name", "", "The plugin's --driver-name (default per backend).")
 	f.BoolVar(&s.DynamicMIG, "dynamic-mig", false, "The plugin's --dynamic-mig.")

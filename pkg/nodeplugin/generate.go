@@ -42,11 +42,13 @@ const GenerateNodeName = "generated"
 // kubelet plugin helper's, which puts the slices into ResourceSlice objects (sliceObjects).
 // Devices are healthy: a new node's are, and templates drop device taints anyway.
 //
-// An empty o.Backend is inferred from the profile. o.NodeName defaults to GenerateNodeName.
+// An empty o.Backend is inferred from the profile (or the model of a "shape:<file>" profile,
+// nvmlmock.Shape and npumock.Shape). o.NodeName defaults to GenerateNodeName.
 func GenerateSlices(ctx context.Context, o *Options) ([]resourceapi.ResourceSlice, error) {
 	if o.Backend == "" {
+		file, isShape := strings.CutPrefix(o.MockProfile, npumock.ShapePrefix)
 		switch {
-		case slices.Contains(npumock.Profiles(), o.MockProfile):
+		case slices.Contains(npumock.Profiles(), o.MockProfile), isShape && npumock.IsShape(file):
 			o.Backend = backend.NPUMock
 		default:
 			o.Backend = backend.Mock
@@ -148,7 +150,7 @@ func RunGenerate(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringSliceVar(&identity, "identity-attributes", nil, "Attributes whose values become placeholders, as the publisher's --identity-attributes (default: the publisher's default).")
 	profiles := append(nvmlmock.Profiles(), npumock.Profiles()...)
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: accel-dra-kubelet-plugin %s --mock-profile=PROFILE [--dynamic-mig] [--consumable-memory] [--driver-name=NAME]\n\nPrints the node group template of a node of a mock profile: %s.\n\n%s",
+		fmt.Fprintf(os.Stderr, "Usage: accel-dra-kubelet-plugin %s --mock-profile=PROFILE [--dynamic-mig] [--consumable-memory] [--driver-name=NAME]\n\nPrints the node group template of a node of a mock profile: %s, or shape:<file> (a declared machine, docs/template-publisher.md).\n\n%s",
 			GenerateCommand, strings.Join(profiles, ", "), fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {

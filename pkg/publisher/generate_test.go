@@ -38,7 +38,8 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 )
 
-// TestGeneratedSeedEqualsMirror: for every mock profile and every plugin option that changes
+// TestGeneratedSeedEqualsMirror: for every mock profile (and the declared machines of
+// docs/examples/shapes) and every plugin option that changes
 // what the plugin publishes, the seed `accelctl template generate` makes (through the plugin's
 // generate-template, run in process) gives exactly the annotations the publisher writes once a
 // node of that profile, running the plugin with those options, has joined the group: the same
@@ -65,12 +66,28 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 	for _, p := range npumock.Profiles() {
 		profiles = append(profiles, profile{p, backend.NPUMock})
 	}
+	// Declared machines, as the docs show them.
+	shapes, err := filepath.Glob("../../docs/examples/shapes/*.yaml")
+	if err != nil || len(shapes) == 0 {
+		t.Fatalf("no shape files: %v", err)
+	}
+	for _, f := range shapes {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := backend.Mock
+		if npumock.IsShape(abs) {
+			b = backend.NPUMock
+		}
+		profiles = append(profiles, profile{nvmlmock.ShapePrefix + abs, b})
+	}
 	for _, p := range profiles {
 		for _, o := range options {
 			if o.dynamicMIG && p.backend == backend.NPUMock {
 				continue // the NPU backend has no MIG; the plugin refuses the flag there
 			}
-			t.Run(p.name+"/"+o.name, func(t *testing.T) {
+			t.Run(strings.TrimSuffix(filepath.Base(p.name), ".yaml")+"/"+o.name, func(t *testing.T) {
 				t.Parallel()
 				_, ctx := ktesting.NewTestContext(t)
 				shape := accelctl.Shape{Profile: p.name, DynamicMIG: o.dynamicMIG, ConsumableMemory: o.consumable}

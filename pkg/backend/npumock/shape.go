@@ -1,0 +1,139 @@
+package npumock
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/npu"
+)
+
+// ShapePrefix makes a profile name a declared machine: "shape:<file>" generates the host the file
+// describes (Shape) instead of a named profile. The file is read when the tree is generated.
+const ShapePrefix = "shape:"
+
+// Shape declares a host of identical NPUs, spread evenly over NUMA nodes and PCIe root
+// complexes in bus order.
+type Shape struct {
+	// Model is one of Models: the Ascend products the NPU backend knows by PCI device ID (it
+	// publishes nothing else, so an unknown model cannot be described).
+	Model string `json:"model"`
+	// Count is the number of NPUs, 1 to 64.
+	Count int `json:"count"`
+	// NUMANodes the NPUs are spread over (default 1); -1: none.
+	NUMANodes int `json:"numaNodes,omitempty"`
+	// NPUsPerPCIeRoot is how many NPUs share a PCIe root complex (default 1).
+	NPUsPerPCIeRoot int `json:"npusPerPCIeRoot,omitempty"`
+	// SerialNumbers gives the NPUs serial numbers (Atlas 800 training servers have them).
+	SerialNumbers bool `json:"serialNumbers,omitempty"`
+	// DriverVersion is the driver's version.info Version (default 24.1.rc2).
+	DriverVersion string `json:"driverVersion,omitempty"`
+}
+
+// models are the PCI device IDs of the products Shape.Model names.
+var models = map[string]uint16{
+	"ascend310": 0xd100, "ascend310p": 0xd500, "ascend910": 0xd801, "ascend910b": 0xd802, "ascend910c": 0xd803,
+}
+
+// Models returns the NPU models a Shape can name, sorted.
+func Models() []string {
+	out := make([]string, 0, len(models))
+	for k := range models {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ReadShape reads and checks a shape file (YAML or JSON, strictly).
+func ReadShape(file string) (*Shape, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	s := &Shape{}
+	if err := yaml.UnmarshalStrict(data, s); err != nil {
+		return nil, fmt.Errorf("NPU machine shape %s: %w", file, err)
+	}
+	if _, err := s.profile(); err != nil {
+		return nil, fmt.Errorf("NPU machine shape %s: %w", file, err)
+	}
+	return s, nil
+}
+
+// IsShape says whether file is an NPU shape (its model is an NPU's), so that a caller can pick
+// the backend of a shape file.
+func IsShape(file string) bool {
+	s, err := ReadShape(file)
+	return err == nil && s.Model != ""
+}
+
+const maxShapeNPUs = 64
+
+func (s *Shape) profile() (profile, error) {
+	id, ok := models[s.Model]
+	if !ok {
+		return profile{}, fmt.Errorf("unknown model %q: the NPU backend knows %s", s.Model, strings.Join(Models(), ", "))
+	}
+	if _, ok := npu.LookupProduct(id); !ok {
+		return profile{}, fmt.Errorf("model %q: the NPU backend does not know device 0x%04x", s.Model, id)
+	}
+	numa, perRoot := s.NUMANodes, s.NPUsPerPCIeRoot
+	if numa == 0 {
+		numa = 1
+	}
+	if perRoot == 0 {
+		perRoot = 1
+	}
+	switch {
+	case s.Count < 1 || s.Count > maxShapeNPUs:
+		return profile{}, fmt.Errorf("count %d: want 1 to %d", s.Count, maxShapeNPUs)
+	case numa < -1 || numa > s.Count:
+		return profile{}, fmt.Errorf("numaNodes %d: want -1 (none) or 1 to count", s.NUMANodes)
+	case perRoot < 1 || perRoot > s.Count:
+		return profile{}, fmt.Errorf("npusPerPCIeRoot %d: want 1 to count", s.NPUsPerPCIeRoot)
+	}
+	p := profile{description: fmt.Sprintf("%dx %s (declared shape)", s.Count, s.Model), driverVersion: "24.1.rc2"}
+	if s.DriverVersion != "" {
+		p.driverVersion = s.DriverVersion
+	}
+	for i := range s.Count {
+		root := 16 * (i/perRoot + 1)
+		if root > 0xff {
+			return profile{}, errors.New("too many PCIe root complexes for one PCI domain")
+		}
+		port := i % perRoot
+		n := -1
+		if numa > 0 {
+			n = i * numa / s.Count
+		}
+		p.functions = append(p.functions, ascend(id, fmt.Sprintf("0000:%02x:00.0", root+1+port), fmt.Sprintf("pci0000:%02x", root),
+			[]string{fmt.Sprintf("0000:%02x:%02x.0", root, port+1)}, n, s.SerialNumbers))
+	}
+	return p, nil
+}
+
+// lookup returns the profile of a name: a named profile, or a shape file's, under a directory
+// name of its own.
+func lookup(profileName string) (prof profile, dirName string, err error) {
+	file, isShape := strings.CutPrefix(profileName, ShapePrefix)
+	if !isShape {
+		prof, ok := profiles[profileName]
+		if !ok {
+			return profile{}, "", fmt.Errorf("unknown NPU mock profile %q: valid profiles are %s, or %s<file> (a declared machine)", profileName, strings.Join(Profiles(), ", "), ShapePrefix)
+		}
+		return prof, profileName, nil
+	}
+	s, err := ReadShape(file)
+	if err != nil {
+		return profile{}, "", err
+	}
+	prof, _ = s.profile()
+	sum := sha256.Sum256([]byte(file))
+	return prof, fmt.Sprintf("shape-%x", sum[:6]), nil
+}
