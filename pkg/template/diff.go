@@ -50,18 +50,7 @@ func Diff(t, node *Template) []Difference {
 	for _, a := range append(slices.Clone(t.IdentityAttributes), node.IdentityAttributes...) {
 		identity[a] = true
 	}
-	key := func(d *Driver) string { return d.Name + d.PoolSuffix }
-	pools := map[string][2]*Driver{}
-	for i := range t.Drivers {
-		p := pools[key(&t.Drivers[i])]
-		p[0] = &t.Drivers[i]
-		pools[key(&t.Drivers[i])] = p
-	}
-	for i := range node.Drivers {
-		p := pools[key(&node.Drivers[i])]
-		p[1] = &node.Drivers[i]
-		pools[key(&node.Drivers[i])] = p
-	}
+	pools := pair(t.Drivers, node.Drivers, func(d *Driver) string { return d.Name + d.PoolSuffix })
 	var out []Difference
 	for _, name := range slices.Sorted(maps.Keys(pools)) {
 		p := pools[name]
@@ -70,6 +59,20 @@ func Diff(t, node *Template) []Difference {
 			continue
 		}
 		out = append(out, diffPool(name, p[0], p[1], identity)...)
+	}
+	return out
+}
+
+// pair matches the elements of a (the template's) and b (the node's) by key; an element only
+// one side has gets nil on the other.
+func pair[T any](a, b []T, key func(*T) string) map[string][2]*T {
+	out := map[string][2]*T{}
+	for side, list := range [2][]T{a, b} {
+		for i := range list {
+			p := out[key(&list[i])]
+			p[side] = &list[i]
+			out[key(&list[i])] = p
+		}
 	}
 	return out
 }
@@ -89,17 +92,7 @@ func diffPool(pool string, t, n *Driver, identity map[resourceapi.FullyQualified
 	if a, b := jsonString(tf), jsonString(nf); a != b {
 		out = append(out, Difference{Pool: pool, What: "fields", Template: short(a), Node: short(b)})
 	}
-	sets := map[string][2]*resourceapi.CounterSet{}
-	for i := range t.SharedCounters {
-		s := sets[t.SharedCounters[i].Name]
-		s[0] = &t.SharedCounters[i]
-		sets[t.SharedCounters[i].Name] = s
-	}
-	for i := range n.SharedCounters {
-		s := sets[n.SharedCounters[i].Name]
-		s[1] = &n.SharedCounters[i]
-		sets[n.SharedCounters[i].Name] = s
-	}
+	sets := pair(t.SharedCounters, n.SharedCounters, func(c *resourceapi.CounterSet) string { return c.Name })
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		s := sets[name]
 		a, b := absent, absent
@@ -113,17 +106,7 @@ func diffPool(pool string, t, n *Driver, identity map[resourceapi.FullyQualified
 			out = append(out, Difference{Pool: pool, What: "counter set " + name, Template: short(a), Node: short(b)})
 		}
 	}
-	devs := map[string][2]*resourceapi.Device{}
-	for i := range t.Devices {
-		d := devs[t.Devices[i].Name]
-		d[0] = &t.Devices[i]
-		devs[t.Devices[i].Name] = d
-	}
-	for i := range n.Devices {
-		d := devs[n.Devices[i].Name]
-		d[1] = &n.Devices[i]
-		devs[n.Devices[i].Name] = d
-	}
+	devs := pair(t.Devices, n.Devices, func(d *resourceapi.Device) string { return d.Name })
 	for _, name := range slices.Sorted(maps.Keys(devs)) {
 		d := devs[name]
 		if d[0] == nil || d[1] == nil {

@@ -2,7 +2,6 @@ package npumock
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -10,6 +9,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/layout"
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
 )
 
@@ -23,7 +23,7 @@ type Shape struct {
 	// Model is one of Models: the Ascend products the NPU backend knows by PCI device ID (it
 	// publishes nothing else, so an unknown model cannot be described).
 	Model string `json:"model"`
-	// Count is the number of NPUs, 1 to 64.
+	// Count is the number of NPUs, 1 to layout.MaxDevices.
 	Count int `json:"count"`
 	// NUMANodes the NPUs are spread over (default 1); -1: none.
 	NUMANodes int `json:"numaNodes,omitempty"`
@@ -73,8 +73,6 @@ func IsShape(file string) bool {
 	return err == nil && s.Model != ""
 }
 
-const maxShapeNPUs = 64
-
 func (s *Shape) profile() (profile, error) {
 	id, ok := models[s.Model]
 	if !ok {
@@ -83,37 +81,16 @@ func (s *Shape) profile() (profile, error) {
 	if _, ok := npu.LookupProduct(id); !ok {
 		return profile{}, fmt.Errorf("model %q: the NPU backend does not know device 0x%04x", s.Model, id)
 	}
-	numa, perRoot := s.NUMANodes, s.NPUsPerPCIeRoot
-	if numa == 0 {
-		numa = 1
-	}
-	if perRoot == 0 {
-		perRoot = 1
-	}
-	switch {
-	case s.Count < 1 || s.Count > maxShapeNPUs:
-		return profile{}, fmt.Errorf("count %d: want 1 to %d", s.Count, maxShapeNPUs)
-	case numa < -1 || numa > s.Count:
-		return profile{}, fmt.Errorf("numaNodes %d: want -1 (none) or 1 to count", s.NUMANodes)
-	case perRoot < 1 || perRoot > s.Count:
-		return profile{}, fmt.Errorf("npusPerPCIeRoot %d: want 1 to count", s.NPUsPerPCIeRoot)
+	slots, err := layout.Spread(s.Count, s.NUMANodes, s.NPUsPerPCIeRoot, "npusPerPCIeRoot")
+	if err != nil {
+		return profile{}, err
 	}
 	p := profile{description: fmt.Sprintf("%dx %s (declared shape)", s.Count, s.Model), driverVersion: "24.1.rc2"}
 	if s.DriverVersion != "" {
 		p.driverVersion = s.DriverVersion
 	}
-	for i := range s.Count {
-		root := 16 * (i/perRoot + 1)
-		if root > 0xff {
-			return profile{}, errors.New("too many PCIe root complexes for one PCI domain")
-		}
-		port := i % perRoot
-		n := -1
-		if numa > 0 {
-			n = i * numa / s.Count
-		}
-		p.functions = append(p.functions, ascend(id, fmt.Sprintf("0000:%02x:00.0", root+1+port), fmt.Sprintf("pci0000:%02x", root),
-			[]string{fmt.Sprintf("0000:%02x:%02x.0", root, port+1)}, n, s.SerialNumbers))
+	for _, slot := range slots {
+		p.functions = append(p.functions, ascend(id, slot.BusID, slot.Root, []string{slot.Bridge}, slot.NUMA, s.SerialNumbers))
 	}
 	return p, nil
 }

@@ -11,6 +11,7 @@ package nvmlmock
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io/fs"
 	"path"
@@ -82,6 +83,10 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 	uuidProfile := p.uuidProfile
 	if uuidProfile == "" {
 		uuidProfile = profileName
+	}
+	if file, isShape := strings.CutPrefix(profileName, ShapePrefix); isShape {
+		// A file name may hold a "/", which stableid's parts must not.
+		uuidProfile = fmt.Sprintf("shape-%x", sha256.Sum256([]byte(file)))
 	}
 	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile,
 		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset}}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/layout"
 )
 
 // ShapePrefix makes a profile name a declared machine: "shape:<file>" builds the mock machine
@@ -26,7 +28,7 @@ type Shape struct {
 	// CustomModel describes a GPU the mock does not know. It cannot be in MIG mode: the mock
 	// has no MIG profile table for it.
 	CustomModel *Model `json:"customModel,omitempty"`
-	// Count is the number of GPUs, 1 to 64.
+	// Count is the number of GPUs, 1 to layout.MaxDevices.
 	Count int `json:"count"`
 	// NUMANodes the GPUs are spread over (default 1); 0 after defaulting is not allowed, and
 	// -1 means the GPUs have no NUMA node (numa_node -1, as in many VMs).
@@ -80,9 +82,6 @@ var architectures = map[string]nvml.DeviceArchitecture{
 	"ada": nvml.DEVICE_ARCH_ADA, "hopper": nvml.DEVICE_ARCH_HOPPER, "blackwell": nvml.DEVICE_ARCH_BLACKWELL,
 }
 
-// maxShapeGPUs bounds a Shape; more is no server.
-const maxShapeGPUs = 64
-
 // ReadShape reads and checks a shape file (YAML or JSON, strictly: a misspelt field is an error,
 // not a default).
 func ReadShape(file string) (*Shape, error) {
@@ -100,8 +99,7 @@ func ReadShape(file string) (*Shape, error) {
 	return s, nil
 }
 
-// profile builds the machine: GPU i on PCIe root complex i/GPUsPerPCIeRoot (pci0000:<16*r+16>,
-// each GPU on its own root port), on NUMA node i*NUMANodes/Count.
+// profile builds the machine, laid out by layout.Spread.
 func (s *Shape) profile() (profile, error) {
 	var m model
 	switch {
@@ -120,21 +118,11 @@ func (s *Shape) profile() (profile, error) {
 	default:
 		return profile{}, errors.New("model or customModel is required")
 	}
-	numa, perRoot := s.NUMANodes, s.GPUsPerPCIeRoot
-	if numa == 0 {
-		numa = 1
+	slots, err := layout.Spread(s.Count, s.NUMANodes, s.GPUsPerPCIeRoot, "gpusPerPCIeRoot")
+	if err != nil {
+		return profile{}, err
 	}
-	if perRoot == 0 {
-		perRoot = 1
-	}
-	switch {
-	case s.Count < 1 || s.Count > maxShapeGPUs:
-		return profile{}, fmt.Errorf("count %d: want 1 to %d", s.Count, maxShapeGPUs)
-	case numa < -1 || numa > s.Count:
-		return profile{}, fmt.Errorf("numaNodes %d: want -1 (none) or 1 to count", s.NUMANodes)
-	case perRoot < 1 || perRoot > s.Count:
-		return profile{}, fmt.Errorf("gpusPerPCIeRoot %d: want 1 to count", s.GPUsPerPCIeRoot)
-	case s.MIGMode && m.migTable == nil:
+	if s.MIGMode && m.migTable == nil {
 		return profile{}, fmt.Errorf("migMode: the mock has no MIG profiles for %s", m.name)
 	}
 	p := profile{
@@ -146,24 +134,8 @@ func (s *Shape) profile() (profile, error) {
 	if s.DriverVersion != "" {
 		p.driverVersion = s.DriverVersion
 	}
-	for i := range s.Count {
-		root := 16 * (i/perRoot + 1)
-		if root > 0xff {
-			return profile{}, fmt.Errorf("%d PCIe root complexes do not fit in one PCI domain", s.Count/perRoot)
-		}
-		port := i % perRoot
-		n := -1
-		if numa > 0 {
-			n = i * numa / s.Count
-		}
-		p.gpus = append(p.gpus, gpu{
-			model:   m,
-			busID:   fmt.Sprintf("0000:%02x:00.0", root+1+port),
-			root:    fmt.Sprintf("pci0000:%02x", root),
-			bridges: []string{fmt.Sprintf("0000:%02x:%02x.0", root, port+1)},
-			numa:    n,
-			migMode: s.MIGMode,
-		})
+	for _, slot := range slots {
+		p.gpus = append(p.gpus, gpu{model: m, busID: slot.BusID, root: slot.Root, bridges: []string{slot.Bridge}, numa: slot.NUMA, migMode: s.MIGMode})
 	}
 	return p, nil
 }
