@@ -47,7 +47,7 @@ func (d *Divergence) Message() string {
 }
 
 // Annotation is a one-line summary that stays on the group until someone removes it, for alerts
-// (for example on kube-state-metrics' annotations of MachineDeployments).
+// (docs/template-publisher.md, "Divergence").
 func (d *Divergence) Annotation() string {
 	head := fmt.Sprintf("source %s %s, nodes %s %s: %d differences: ", orNone(d.Source), shortHash(d.TemplateHash), d.Nodes, shortHash(d.NodeHash), len(d.Differences))
 	return head + template.FormatDifferences(d.Differences, max(divergenceAnnotationBytes-len(head), 0))
