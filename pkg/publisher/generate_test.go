@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -82,16 +83,50 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 		}
 		profiles = append(profiles, profile{nvmlmock.ShapePrefix + abs, b})
 	}
+	// The nodes' slices are published concurrently, before the subtests that wait for them: the
+	// slice controller waits a second for its informer, whatever the fake API server does.
+	_, ctx := ktesting.NewTestContext(t)
+	const nodeName = "node-a"
+	type mirror struct {
+		slices []resourceapi.ResourceSlice
+		err    error
+	}
+	sem := make(chan struct{}, 16)
+	mirrors := map[string]chan mirror{}
+	name := func(p profile, o option) string {
+		return strings.TrimSuffix(filepath.Base(p.name), ".yaml") + "/" + o.name
+	}
+	dirs := t.TempDir()
 	for _, p := range profiles {
 		for _, o := range options {
 			if o.dynamicMIG && p.backend == backend.NPUMock {
 				continue // the NPU backend has no MIG; the plugin refuses the flag there
 			}
-			t.Run(strings.TrimSuffix(filepath.Base(p.name), ".yaml")+"/"+o.name, func(t *testing.T) {
-				t.Parallel()
+			dir, err := os.MkdirTemp(dirs, "node-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := make(chan mirror, 1)
+			mirrors[name(p, o)] = ch
+			go func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				s, err := pluginSlices(ctx, dir, p.backend, p.name, nodeName, o.dynamicMIG, o.consumable)
+				ch <- mirror{s, err}
+			}()
+		}
+	}
+	for _, p := range profiles {
+		for _, o := range options {
+			ch, ok := mirrors[name(p, o)]
+			if !ok {
+				continue
+			}
+			t.Run(name(p, o), func(t *testing.T) {
+				// First, so that no publication outlives the test that logs it.
+				m := <-ch
 				_, ctx := ktesting.NewTestContext(t)
 				shape := accelctl.Shape{Profile: p.name, DynamicMIG: o.dynamicMIG, ConsumableMemory: o.consumable}
-				const nodeName = "node-a"
 				node := gpuNode(nodeName)
 				seed := seedv1alpha1.NodeGroupSeed{Labels: maps.Clone(node.Labels)}
 				delete(seed.Labels, "kubernetes.io/hostname")
@@ -118,7 +153,10 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 
 				md, ms := machineDeployment("gpu", nil), machineSet("gpu-1", "gpu", 1, 0)
 				objs := []client.Object{md, ms, machine("m1", ms, nodeName), node}
-				for _, s := range pluginSlices(t, ctx, p.backend, p.name, nodeName, o.dynamicMIG, o.consumable) {
+				if m.err != nil {
+					t.Fatalf("the plugin on node %s: %v", nodeName, m.err)
+				}
+				for _, s := range m.slices {
 					objs = append(objs, s.DeepCopy())
 				}
 				e := newEnv(t, objs...)
@@ -167,22 +205,20 @@ func inProcessPlugin(ctx context.Context, args []string) ([]byte, error) {
 
 // pluginSlices are the ResourceSlices the plugin publishes on node with the mock profile: its
 // backend, its driver (driver.New, Resources) and the slice controller of the kubelet plugin
-// helper, writing to a fake API server.
-func pluginSlices(t *testing.T, ctx context.Context, backendName, profile, node string, dynamicMIG, consumable bool) []resourceapi.ResourceSlice {
-	t.Helper()
-	dir := t.TempDir()
+// helper, writing to a fake API server. dir is its own.
+func pluginSlices(ctx context.Context, dir, backendName, profile, node string, dynamicMIG, consumable bool) ([]resourceapi.ResourceSlice, error) {
 	be, err := backend.New(ctx, backend.Options{Name: backendName, MockProfile: profile, NodeName: node, MockDir: filepath.Join(dir, "mock")})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer func() { _ = be.Close() }()
 	inv, err := be.Enumerate(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if dynamicMIG {
 		if inv, err = mig.Dynamic(inv); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	driverName := nodeplugin.GPUDriverName
@@ -191,7 +227,7 @@ func pluginSlices(t *testing.T, ctx context.Context, backendName, profile, node 
 	}
 	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint"), "boot-1")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer func() { _ = store.Close() }()
 	drv, err := driver.New(ctx, driver.Options{
@@ -199,7 +235,7 @@ func pluginSlices(t *testing.T, ctx context.Context, backendName, profile, node 
 		State: store, Metrics: metrics.NewPlugin(driverName), ConsumableMemory: consumable,
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer drv.Close()
 
@@ -219,7 +255,7 @@ func pluginSlices(t *testing.T, ctx context.Context, backendName, profile, node 
 		Owner: &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: node, UID: types.UID("uid-" + node)},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer ctrl.Stop()
 	want := 0
@@ -232,12 +268,12 @@ func pluginSlices(t *testing.T, ctx context.Context, backendName, profile, node 
 		return err == nil && len(list.Items) == want, nil
 	})
 	if err != nil {
-		t.Fatalf("the slice controller did not publish %d slices: %v", want, err)
+		return nil, fmt.Errorf("the slice controller did not publish %d slices: %w", want, err)
 	}
 	for i := range list.Items {
 		// What an API server sets, which the publisher's cache of slices uses.
 		list.Items[i].UID = types.UID("uid-" + list.Items[i].Name)
 		list.Items[i].ResourceVersion = ""
 	}
-	return list.Items
+	return list.Items, nil
 }
