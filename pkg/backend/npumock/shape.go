@@ -3,11 +3,8 @@ package npumock
 import (
 	"crypto/sha256"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/internal/layout"
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
@@ -50,20 +47,13 @@ func Models() []string {
 	return out
 }
 
-// ReadShape reads and checks a shape file (YAML or JSON, strictly).
+// ReadShape reads and checks a shape file (YAML or JSON, strictly: a misspelt field is an error,
+// not a default).
 func ReadShape(file string) (*Shape, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	s := &Shape{}
-	if err := yaml.UnmarshalStrict(data, s); err != nil {
-		return nil, fmt.Errorf("NPU machine shape %s: %w", file, err)
-	}
-	if _, err := s.profile(); err != nil {
-		return nil, fmt.Errorf("NPU machine shape %s: %w", file, err)
-	}
-	return s, nil
+	return layout.Read(file, "NPU", func(s *Shape) error {
+		_, err := s.profile()
+		return err
+	})
 }
 
 // IsShape says whether file is an NPU shape (its model is an NPU's), so that a caller can pick

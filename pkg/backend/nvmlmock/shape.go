@@ -3,13 +3,11 @@ package nvmlmock
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/internal/layout"
 )
@@ -85,18 +83,10 @@ var architectures = map[string]nvml.DeviceArchitecture{
 // ReadShape reads and checks a shape file (YAML or JSON, strictly: a misspelt field is an error,
 // not a default).
 func ReadShape(file string) (*Shape, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	s := &Shape{}
-	if err := yaml.UnmarshalStrict(data, s); err != nil {
-		return nil, fmt.Errorf("GPU machine shape %s: %w", file, err)
-	}
-	if _, err := s.profile(); err != nil {
-		return nil, fmt.Errorf("GPU machine shape %s: %w", file, err)
-	}
-	return s, nil
+	return layout.Read(file, "GPU", func(s *Shape) error {
+		_, err := s.profile()
+		return err
+	})
 }
 
 // profile builds the machine, laid out by layout.Spread.

@@ -6,6 +6,9 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"os"
+
+	"sigs.k8s.io/yaml"
 )
 
 // MaxDevices bounds a declared machine; more is no server.
@@ -60,4 +63,21 @@ func Spread(count, numa, perRoot int, perRootField string) ([]Slot, error) {
 		}
 	}
 	return out, nil
+}
+
+// Read decodes a shape file into shape (YAML or JSON, strictly: a misspelt field is an error,
+// not a default) and checks it with check; errors name the file as a "<what> machine shape".
+func Read[S any](file, what string, check func(*S) error) (*S, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	s := new(S)
+	if err = yaml.UnmarshalStrict(data, s); err == nil {
+		err = check(s)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s machine shape %s: %w", what, file, err)
+	}
+	return s, nil
 }
