@@ -87,7 +87,7 @@ func (s *Shape) profile() (profile, error) {
 
 // lookup returns the profile of a name: a named profile, or a shape file's, under a directory
 // name of its own.
-func lookup(profileName string) (prof profile, dirName string, err error) {
+func lookup(profileName string) (profile, string, error) {
 	file, isShape := strings.CutPrefix(profileName, ShapePrefix)
 	if !isShape {
 		prof, ok := profiles[profileName]
@@ -100,7 +100,17 @@ func lookup(profileName string) (prof profile, dirName string, err error) {
 	if err != nil {
 		return profile{}, "", err
 	}
-	prof, _ = s.profile()
+	prof, _ := s.profile()
+	return prof, dirName(profileName), nil
+}
+
+// dirName is the directory a profile's trees go to under the mock's directory: the profile's
+// name, or for a shape a name of its own (the file's path has slashes).
+func dirName(profileName string) string {
+	file, isShape := strings.CutPrefix(profileName, ShapePrefix)
+	if !isShape {
+		return profileName
+	}
 	sum := sha256.Sum256([]byte(file))
-	return prof, fmt.Sprintf("shape-%x", sum[:6]), nil
+	return fmt.Sprintf("shape-%x", sum[:6])
 }

@@ -51,3 +51,20 @@ func TestShape(t *testing.T) {
 		})
 	}
 }
+
+// A plugin runs a shape as it runs a profile: the driver root of the shape's version too.
+func TestShapeDriverRoot(t *testing.T) {
+	f := writeShape(t, "model: ascend910b\ncount: 2\ndriverVersion: 25.0.rc1\n")
+	dir := t.TempDir()
+	root, err := WriteDriverRoot(dir, ShapePrefix+f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root != DriverRoot(dir, ShapePrefix+f) || !strings.HasPrefix(root, dir+"/shape-") {
+		t.Errorf("driver root %s, DriverRoot says %s", root, DriverRoot(dir, ShapePrefix+f))
+	}
+	v, err := os.ReadFile(filepath.Join(root, "usr/local/Ascend/driver/version.info"))
+	if err != nil || !strings.HasPrefix(string(v), "Version=25.0.rc1\n") {
+		t.Errorf("version.info %q, %v", v, err)
+	}
+}
