@@ -26,7 +26,8 @@ import (
 // running the plugin on that profile join each group:
 //
 //   - the generated seed is exactly what the publisher then mirrors from the real node (same
-//     template hash), and nothing is reported;
+//     template keys), and nothing is reported; likewise for a GPU the mock does not know,
+//     declared by docs/examples/shapes/h200-4x-pcie.yaml, on a plugin running that shape;
 //   - the wrong seed is replaced all the same, and reported: a TemplateDiverged event on the
 //     MachineDeployment, the divergence counter, and the divergence annotation.
 func TestSeedDivergence(t *testing.T) {
@@ -82,31 +83,67 @@ func TestSeedDivergence(t *testing.T) {
 	seed("gpu-generated", generated)
 	seed("gpu-wrong", wrong)
 
+	// A GPU the mock does not know, declared by a shape file, on a plugin that runs the shape.
+	shape, err := filepath.Abs("../../docs/examples/shapes/h200-4x-pcie.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h200, err := runAccelctl(ctx, c, "template", "generate", "--profile", "shape:"+shape, "--cpu", "64", "--memory", "512Gi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h200File := filepath.Join(e.dir, "gpu-h200.yaml")
+	if err := os.WriteFile(h200File, []byte(h200), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := framework.CreateNodeGroup(ctx, cl, "gpu-h200", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runAccelctl(ctx, c, "template", "seed", "gpu-h200", "-n", framework.CAPINamespace, "-f", h200File); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: "gpu-h200-node", Labels: groupLabels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: "shape:" + shape}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, "gpu-h200-node", 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.AddMachine(ctx, cl, "gpu-h200-m", "gpu-h200-node", true); err != nil {
+		t.Fatal(err)
+	}
+
 	fromNodes := func(md *clusterv1.MachineDeployment) bool {
 		return md.Annotations[nodegroup.SourceAnnotation] == nodegroup.SourceNodes
 	}
-	t.Run("GeneratedEqualsMirrored", func(t *testing.T) {
-		md, err := waitForMD(ctx, cl, "gpu-generated", 2*time.Minute, fromNodes)
-		if err != nil {
-			t.Fatalf("the node's template did not replace the seed: %v\n%s", err, e.pub.Proc.LogTail(30))
-		}
-		s, err := seedv1alpha1.Decode([]byte(generated))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := accelctl.SeedAnnotations(s, accelctl.SeedOptions{Budget: template.DefaultBudget, GPUDriver: framework.GPUDriver})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range append(append([]string{}, nodegroup.TemplateKeys...), nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.DRAPoolKey) {
-			if got := md.Annotations[k]; got != want[k] {
-				t.Errorf("%s: mirrored from the node %.80q, generated %.80q", k, got, want[k])
+	for group, seedFile := range map[string]string{"gpu-generated": generated, "gpu-h200": h200} {
+		t.Run("GeneratedEqualsMirrored/"+group, func(t *testing.T) {
+			md, err := waitForMD(ctx, cl, group, 2*time.Minute, fromNodes)
+			if err != nil {
+				t.Fatalf("the node's template did not replace the seed: %v\n%s", err, e.pub.Proc.LogTail(30))
 			}
-		}
-		if v, ok := md.Annotations[nodegroup.DivergenceAnnotation]; ok {
-			t.Errorf("divergence reported for the generated seed: %s", v)
-		}
-	})
+			s, err := seedv1alpha1.Decode([]byte(seedFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := accelctl.SeedAnnotations(s, accelctl.SeedOptions{Budget: template.DefaultBudget, GPUDriver: framework.GPUDriver})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range append(append([]string{}, nodegroup.TemplateKeys...), nodegroup.DRADriverKey, nodegroup.GPUCountKey, nodegroup.DRAPoolKey) {
+				if got := md.Annotations[k]; got != want[k] {
+					t.Errorf("%s: mirrored from the node %.80q, generated %.80q", k, got, want[k])
+				}
+			}
+			if v, ok := md.Annotations[nodegroup.DivergenceAnnotation]; ok {
+				t.Errorf("divergence reported for the generated seed: %s", v)
+			}
+		})
+	}
 
 	t.Run("WrongMemoryReported", func(t *testing.T) {
 		md, err := waitForMD(ctx, cl, "gpu-wrong", 2*time.Minute, fromNodes)
@@ -120,7 +157,7 @@ func TestSeedDivergence(t *testing.T) {
 		if err := waitForEvent(ctx, c, "gpu-wrong", "TemplateDiverged"); err != nil {
 			t.Error(err)
 		}
-		for group, want := range map[string]float64{"gpu-wrong": 1, "gpu-generated": 0} {
+		for group, want := range map[string]float64{"gpu-wrong": 1, "gpu-generated": 0, "gpu-h200": 0} {
 			got, err := e.pub.metric("accel_dra_template_publisher_template_divergences_total", `name="`+group+`"`)
 			if err != nil && want > 0 {
 				t.Fatal(err)
