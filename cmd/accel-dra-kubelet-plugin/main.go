@@ -39,6 +39,14 @@ func main() {
 		klog.Flush()
 		os.Exit(0)
 	}
+	// `generate-template`: the template of a declared node shape (docs/template-publisher.md).
+	if len(os.Args) > 1 && os.Args[1] == nodeplugin.GenerateCommand {
+		if err := nodeplugin.RunGenerate(context.Background(), os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		return
+	}
 	o := nodeplugin.NewOptions()
 	fs := o.NewFlagSet()
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -62,7 +62,7 @@ func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 
 	tmpl := &cobra.Command{Use: "template", Short: "Node group templates on MachineDeployments and MachineSets"}
-	tmpl.AddCommand(newShowCommand(o, streams), newListCommand(o, streams), newSeedCommand(o, streams))
+	tmpl.AddCommand(newShowCommand(o, streams), newListCommand(o, streams), newSeedCommand(o, streams), newGenerateCommand(streams))
 	root.AddCommand(tmpl, newSimulateCommand(o, streams), newVersionCommand(streams))
 	return root
 }

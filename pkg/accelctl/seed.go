@@ -31,10 +31,7 @@ func SeedAnnotations(seed *seedv1alpha1.NodeGroupSeed, o SeedOptions) (map[strin
 	var tmpl *template.Template
 	if seed.Template != nil {
 		var err error
-		tmpl, err = template.Decode(map[string]string{
-			template.VersionAnnotation:        template.Version,
-			template.ResourceSlicesAnnotation: string(seed.Template.Raw),
-		})
+		tmpl, err = template.DecodeDocument(seed.Template.Raw)
 		if err != nil {
 			return nil, fmt.Errorf("seed template: %w", err)
 		}

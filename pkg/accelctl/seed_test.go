@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	seedv1alpha1 "github.com/accel-dra/accel-dra/api/templateconfig/v1alpha1"
@@ -190,5 +192,49 @@ func gpuAndEmptyCluster(t *testing.T) *fakeCluster {
 			"clusters/empty": {Kind: "MachineDeployment", Namespace: "clusters", Name: "empty"},
 		},
 		classes: []*resourceapi.DeviceClass{gpuClass()},
+	}
+}
+
+// A template document over the annotation limit uncompressed (a dynamic-MIG node's is) seeds
+// like any other: the limit is the document's, and Encode compresses it.
+func TestSeedLargeTemplateDocument(t *testing.T) {
+	var devs []resourceapi.Device
+	for i := range 2500 {
+		devs = append(devs, resourceapi.Device{
+			Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"productName": {StringValue: new("NVIDIA H100 80GB HBM3")},
+				"type":        {StringValue: new("gpu")},
+				"index":       {IntValue: new(int64(i))},
+			},
+		})
+	}
+	tmpl, err := template.Build([]resourceapi.ResourceSlice{{
+		Spec: resourceapi.ResourceSliceSpec{Driver: gpuDriver, NodeName: new("n"), Pool: resourceapi.ResourcePool{Name: "n", Generation: 1, ResourceSliceCount: 1}, Devices: devs},
+	}}, template.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) <= template.MaxBudget {
+		t.Fatalf("document of %d bytes, the test needs more than %d", len(doc), template.MaxBudget)
+	}
+	seed := &seedv1alpha1.NodeGroupSeed{Capacity: seedv1alpha1.Capacity{CPU: new(resource.MustParse("8")), Memory: new(resource.MustParse("64Gi"))}, Template: &runtime.RawExtension{Raw: doc}}
+	ann, err := SeedAnnotations(seed, SeedOptions{GPUDriver: gpuDriver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ann[nodegroup.GPUCountKey] != "2500" {
+		t.Errorf("gpu-count = %q, want 2500", ann[nodegroup.GPUCountKey])
+	}
+	got, err := template.Decode(ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(tmpl) {
+		t.Error("the seeded template is not the document's")
 	}
 }

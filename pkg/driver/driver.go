@@ -271,6 +271,15 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 	return slices.Build(d.opts.Inventory, d.opts.NodeName, append(opts, slices.WithAttributes(d.opts.Attributes))...).Resources
 }
 
+// HealthyResources is what a driver with opts publishes while all its devices are healthy:
+// Resources without health taints, from the fields of opts that shape the slices (Inventory,
+// NodeName, ConsumableMemory) and nothing else. The template generator (pkg/nodeplugin,
+// GenerateSlices) builds a node group's seed with it, so that a seed is made by the code that
+// makes the node's slices.
+func HealthyResources(opts Options) resourceslice.DriverResources {
+	return slices.Build(opts.Inventory, opts.NodeName, shareOptions(&opts)...).Resources
+}
+
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this
 // instance last saw the checkpoint, sorted.
 func (d *Driver) PreparedClaims() []types.UID {

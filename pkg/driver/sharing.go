@@ -31,8 +31,10 @@ import (
 const EnvMemoryLimits = "ACCEL_DRA_GPU_MEMORY_LIMITS"
 
 // shareOptions are the slices.Build options of the sharing modes.
-func (d *Driver) shareOptions() []slices.Option {
-	if !d.opts.ConsumableMemory {
+func (d *Driver) shareOptions() []slices.Option { return shareOptions(&d.opts) }
+
+func shareOptions(o *Options) []slices.Option {
+	if !o.ConsumableMemory {
 		return nil
 	}
 	return []slices.Option{slices.WithConsumableMemory()}

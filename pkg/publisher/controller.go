@@ -157,6 +157,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Res
 	plan := Decide(in, r.Config)
 
 	if plan.Apply != nil {
+		if plan.Divergence != nil {
+			// Said before the write that replaces the template, so that the record of what
+			// the autoscaler was told precedes the new template.
+			r.reportDivergence(ctx, key, obj, plan.Divergence)
+		}
 		// Force only to take over what a yielding manager (a seed) wrote; anyone else's key
 		// is left out of the plan, and a conflict the cache did not show yet fails the apply.
 		force := false

@@ -24,6 +24,9 @@ type Metrics struct {
 	// WorkloadReachable is 1 for each workload cluster the publisher can read, 0 for one it
 	// cannot (management mode).
 	WorkloadReachable *prometheus.GaugeVec
+	// TemplateDivergences counts the times a group's first nodes differed from the template it
+	// had (a seed or a copy), by group (divergence.go).
+	TemplateDivergences *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg, with accel_dra_build_info.
@@ -50,6 +53,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Whether a workload cluster's Nodes and ResourceSlices can be read (1) or not (0); management mode only.",
 		}, []string{"namespace", "cluster"}),
 	}
+	m.TemplateDivergences = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "template_divergences_total",
+		Help: "Times the nodes of a node group differed from the template it had (a seed or a copy from another group) when they replaced it.",
+	}, []string{"kind", "namespace", "name"})
+	reg.MustRegister(m.TemplateDivergences)
 	for _, r := range []string{"success", "error"} {
 		m.Writes.WithLabelValues(r)
 	}

@@ -116,6 +116,9 @@ type Plan struct {
 	// TemplateBytes is the size (keys plus values) of the template annotations the object has
 	// after the write.
 	TemplateBytes int
+	// Divergence is set when the write replaces a template that did not come from the group's
+	// nodes and that differs from theirs (divergence.go).
+	Divergence *Divergence
 }
 
 // Decide works out the publisher's annotations for one group. It is a pure function; see
@@ -148,6 +151,8 @@ func Decide(in Input, cfg Config) Plan {
 		keep(nodegroup.TemplateKeys...)
 		keep(nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
 	}
+	// A divergence report stays until someone removes it (divergence.go).
+	keep(nodegroup.DivergenceAnnotation)
 
 	if len(in.Nodes) == 0 {
 		if in.CopyFrom == nil || cur[nodegroup.SourceAnnotation] == nodegroup.SourceNodes {
@@ -220,6 +225,10 @@ func Decide(in Input, cfg Config) Plan {
 			set(ann)
 			set(nodegroup.DRA(first, cfg.GPUDriver))
 			desired[nodegroup.SourceAnnotation] = nodegroup.SourceNodes
+			if d := divergence(cur, first, ann[template.HashAnnotation], nodeList(byHash)); d != nil && !templateIsForeign(in, desired) {
+				p.Divergence = d
+				desired[nodegroup.DivergenceAnnotation] = d.Annotation()
+			}
 		}
 	default:
 		p.Problems = append(p.Problems, Problem{ReasonNodesDisagree, "nodes of the current revision have different templates, the last good template is kept: " + nodeList(byHash)})

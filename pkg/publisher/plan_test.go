@@ -280,7 +280,9 @@ func TestDecide(t *testing.T) {
 			in: func(t *testing.T) Input {
 				return Input{Annotations: with(a100Ann, nodegroup.SourceAnnotation, nodegroup.SourceSeed), Nodes: []NodeInput{nodeInput(t, "n1", h100)}}
 			},
-			want: want{apply: h100Ann},
+			// An A100 seed for H100 nodes: the write reports it (divergence_test.go).
+			want: want{apply: with(h100Ann, nodegroup.DivergenceAnnotation, divergence(with(a100Ann, nodegroup.SourceAnnotation, nodegroup.SourceSeed),
+				h100Template(t), h100Ann[template.HashAnnotation], "(n1)").Annotation())},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -1,6 +1,9 @@
 package template
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
 	"fmt"
 
 	apitemplate "github.com/accel-dra/accel-dra/api/template"
@@ -23,4 +26,25 @@ func Decode(annotations map[string]string) (*Template, error) {
 		return nil, fmt.Errorf("node group template: %w", err)
 	}
 	return t, nil
+}
+
+// DecodeDocument reads a template document (the JSON of a NodeGroupTemplate, as in a
+// NodeGroupSeed's template or `accelctl template show -o template`) with Decode's checks. The
+// document is compressed first, as Encode stores one over CompressThreshold, so that its limit
+// is the uncompressed document's (MaxDocumentSize) and not the annotation's (MaxBudget): a
+// dynamic-MIG node's document is larger than an annotation holds uncompressed.
+func DecodeDocument(doc []byte) (*Template, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(doc); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return Decode(map[string]string{
+		VersionAnnotation:        Version,
+		EncodingAnnotation:       EncodingGzipBase64,
+		ResourceSlicesAnnotation: base64.StdEncoding.EncodeToString(buf.Bytes()),
+	})
 }

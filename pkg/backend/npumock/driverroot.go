@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // DriverRoot is where WriteDriverRoot puts the Ascend driver tree of profileName under dir.
 func DriverRoot(dir, profileName string) string {
-	return filepath.Join(dir, profileName, "driver-root")
+	return filepath.Join(dir, dirName(profileName), "driver-root")
 }
 
 // WriteDriverRoot generates, under DriverRoot(dir, profileName), the files of an installed
@@ -18,9 +17,9 @@ func DriverRoot(dir, profileName string) string {
 // the DCMI library in /usr/local/dcmi and /usr/local/bin/npu-smi. Nothing in it can run; it is
 // there for the plugin to find and mount (pkg/cdi/ascend). Existing content is replaced.
 func WriteDriverRoot(dir, profileName string) (string, error) {
-	prof, ok := profiles[profileName]
-	if !ok {
-		return "", fmt.Errorf("unknown NPU mock profile %q: valid profiles are %s", profileName, strings.Join(Profiles(), ", "))
+	prof, _, err := lookup(profileName)
+	if err != nil {
+		return "", err
 	}
 	if dir == "" {
 		return "", fmt.Errorf("NPU mock driver root: no directory")

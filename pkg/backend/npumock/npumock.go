@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -141,14 +140,14 @@ func Generate(dir, profileName, nodeName string) (sysRoot, devRoot string, err e
 }
 
 func generate(dir, profileName, nodeName string) (paths, error) {
-	prof, ok := profiles[profileName]
-	if !ok {
-		return paths{}, fmt.Errorf("unknown NPU mock profile %q: valid profiles are %s", profileName, strings.Join(Profiles(), ", "))
+	prof, dirName, err := lookup(profileName)
+	if err != nil {
+		return paths{}, err
 	}
 	if dir == "" || nodeName == "" {
 		return paths{}, errors.New("NPU mock: directory and node name are required")
 	}
-	base := filepath.Join(dir, profileName)
+	base := filepath.Join(dir, dirName)
 	out := paths{
 		SysRoot:           filepath.Join(base, "sys"),
 		DevRoot:           filepath.Join(base, "dev"),

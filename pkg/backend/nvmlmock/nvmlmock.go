@@ -11,6 +11,7 @@ package nvmlmock
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io/fs"
 	"path"
@@ -65,8 +66,16 @@ type Server struct {
 // NewServer builds the mock machine of a profile for a node.
 func NewServer(profileName, nodeName string) (*Server, error) {
 	p, ok := lookupProfile(profileName)
+	if file, isShape := strings.CutPrefix(profileName, ShapePrefix); isShape {
+		shape, err := ReadShape(file)
+		if err != nil {
+			return nil, err
+		}
+		p, _ = shape.profile()
+		ok = true
+	}
 	if !ok {
-		return nil, fmt.Errorf("unknown NVML mock profile %q: valid profiles are %s, or bench-<N> (N GPUs, 1..%d)", profileName, strings.Join(Profiles(), ", "), maxBenchGPUs)
+		return nil, fmt.Errorf("unknown NVML mock profile %q: valid profiles are %s, bench-<N> (N GPUs, 1..%d), or %s<file> (a declared machine)", profileName, strings.Join(Profiles(), ", "), maxBenchGPUs, ShapePrefix)
 	}
 	if nodeName == "" {
 		return nil, fmt.Errorf("NVML mock profile %s: node name is required (it makes the GPU UUIDs)", profileName)
@@ -74,6 +83,10 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 	uuidProfile := p.uuidProfile
 	if uuidProfile == "" {
 		uuidProfile = profileName
+	}
+	if file, isShape := strings.CutPrefix(profileName, ShapePrefix); isShape {
+		// A file name may hold a "/", which stableid's parts must not.
+		uuidProfile = fmt.Sprintf("shape-%x", sha256.Sum256([]byte(file)))
 	}
 	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile,
 		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset}}

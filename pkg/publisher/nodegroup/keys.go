@@ -43,6 +43,10 @@ const (
 	// "[<namespace>/]<name>" of another MachineDeployment, makes the publisher copy that group's
 	// template and capacity keys while this group has no nodes of its own.
 	CopyFromAnnotation = template.AnnotationPrefix + "copy-from"
+	// DivergenceAnnotation, written by the publisher when the first nodes of a group differ
+	// from the template the group had (a seed or a copy; docs/template-publisher.md), says how,
+	// in one line; it stays until someone removes it, for alerts.
+	DivergenceAnnotation = template.AnnotationPrefix + "divergence"
 )
 
 // DefaultGPUDriver is the driver dra-driver and gpu-count describe by default.
@@ -75,7 +79,7 @@ var ShapeKeys = []string{CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, DRADri
 // manager accel-dra-template-publisher) and leaves every other annotation alone.
 var ManagedKeys = append(append(append([]string{}, TemplateKeys...),
 	CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, LabelsKey, TaintsKey, DRADriverKey, DRAPoolKey, GPUCountKey),
-	SourceAnnotation)
+	SourceAnnotation, DivergenceAnnotation)
 
 // IsManagedKey reports whether k is one of ManagedKeys.
 func IsManagedKey(k string) bool {

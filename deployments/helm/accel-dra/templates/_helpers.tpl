@@ -129,6 +129,7 @@ CEL list; its write-scope admission policy allows changes of these only.
   "capacity.cluster-autoscaler.kubernetes.io/dra-pool"
   "capacity.cluster-autoscaler.kubernetes.io/gpu-count"
   "template.accel-dra.io/source"
+  "template.accel-dra.io/divergence"
   | toJson }}
 {{- end }}
 
