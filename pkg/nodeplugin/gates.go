@@ -196,7 +196,9 @@ func (g *gateCheck) refuse(ctx context.Context, err *serverfeatures.DroppedError
 	// events.k8s.io/v1, as the plugin's recorder writes them (events.go): the chart grants
 	// only that API, in the events namespace.
 	ev := &eventsv1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: g.nodeName + ".", Namespace: g.eventsNamespace},
+		// events.k8s.io refuses a generateName ending in "."; this is the name client-go's
+		// recorder gives.
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", g.nodeName, time.Now().UnixNano()), Namespace: g.eventsNamespace},
 		// A Node's UID in the events of the kubelet and of this plugin's recorder is its name.
 		Regarding:           corev1.ObjectReference{Kind: "Node", Name: g.nodeName, UID: types.UID(g.nodeName), APIVersion: "v1"},
 		Reason:              ReasonFieldsDropped,
