@@ -37,12 +37,12 @@ CGO_BINARIES=" accel-dra-kubelet-plugin nvidia-cdi-hook "
 # it is linked statically (go-nvml makes it cgo; the hooks the specs name never load NVML, so
 # glibc's warning about dlopen in a static binary does not apply to them).
 STATIC_BINARIES=" nvidia-cdi-hook "
-# VERSION and REVISION label accel_dra_build_info (pkg/metrics); by default from git, "dev" and
+# VERSION and REVISION label accel_dra_build_info and `accelctl version` (pkg/buildinfo); by default from git, "dev" and
 # "unknown" without it (the image build has no .git: pass them in).
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 REVISION=${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 # -trimpath: no build machine paths in the binaries; -s -w: no symbol tables or DWARF.
-FLAGS=(-trimpath -ldflags "-s -w -X github.com/accel-dra/accel-dra/pkg/metrics.Version=$VERSION -X github.com/accel-dra/accel-dra/pkg/metrics.Revision=$REVISION")
+FLAGS=(-trimpath -ldflags "-s -w -X github.com/accel-dra/accel-dra/pkg/buildinfo.Version=$VERSION -X github.com/accel-dra/accel-dra/pkg/buildinfo.Revision=$REVISION")
 : "${CC_arm64:=aarch64-linux-gnu-gcc}"
 : "${CC_amd64:=x86_64-linux-gnu-gcc}"
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/accel-dra/accel-dra/pkg/buildinfo"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/template"
 )
@@ -261,6 +262,17 @@ func TestVersion(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("stamped by hack/build.sh", func(t *testing.T) {
+		v, r := buildinfo.Version, buildinfo.Revision
+		defer func() { buildinfo.Version, buildinfo.Revision = v, r }()
+		buildinfo.Version, buildinfo.Revision = "v0.4.0-3-gfeed", "feedbeef"
+		// -buildvcs=false: no vcs settings, the module version "(devel)".
+		got := Version(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}})
+		if got.GitVersion != "v0.4.0-3-gfeed" || got.GitCommit != "feedbeef" {
+			t.Errorf("Version = %+v, want hack/build.sh's stamp", got)
+		}
+	})
 
 	var line bytes.Buffer
 	if err := WriteVersion(&line, version.Info{GitVersion: "v0.3.0", GitCommit: "0123abcd", GitTreeState: "dirty", GoVersion: "go1.99", Platform: "linux/amd64"}, ""); err != nil {

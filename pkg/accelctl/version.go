@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/version"
+
+	"github.com/accel-dra/accel-dra/pkg/buildinfo"
 )
 
 func newVersionCommand(streams IOStreams) *cobra.Command {
@@ -15,8 +17,9 @@ func newVersionCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print accelctl's version",
-		Long: `Prints the version of accelctl itself (it does not connect to a cluster): the module version
-and the VCS revision the Go toolchain recorded in the binary. -o json or yaml prints
+		Long: `Prints the version of accelctl itself (it does not connect to a cluster): the version and
+revision hack/build.sh stamped into the binary, else the module version and the VCS revision the
+Go toolchain recorded. -o json or yaml prints
 {"clientVersion": ...} with the fields of kubectl version's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -39,10 +42,15 @@ func Version(bi *debug.BuildInfo) version.Info {
 		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
 		GoVersion:  runtime.Version(),
 	}
+	if buildinfo.Stamped() {
+		// hack/build.sh's stamp: the binaries are built with -buildvcs=false (CI, the image),
+		// which leaves the toolchain's VCS settings below empty.
+		info.GitVersion, info.GitCommit = buildinfo.Version, buildinfo.Revision
+	}
 	if bi == nil {
 		return info
 	}
-	if bi.Main.Version != "" {
+	if bi.Main.Version != "" && !buildinfo.Stamped() {
 		info.GitVersion = bi.Main.Version
 	}
 	if bi.GoVersion != "" {
@@ -51,7 +59,9 @@ func Version(bi *debug.BuildInfo) version.Info {
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			info.GitCommit = s.Value
+			if !buildinfo.Stamped() {
+				info.GitCommit = s.Value
+			}
 		case "vcs.time":
 			info.BuildDate = s.Value
 		case "vcs.modified":

@@ -4,13 +4,8 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Version and Revision are set at link time by hack/build.sh (-ldflags -X); a plain go build
-// leaves "dev" and "unknown".
-var (
-	Version  = "dev"
-	Revision = "unknown"
+	"github.com/accel-dra/accel-dra/pkg/buildinfo"
 )
 
 // NewBuildInfo returns the collector of accel_dra_build_info, constant 1 with the binary's
@@ -20,6 +15,6 @@ func NewBuildInfo() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
 		Help:        "A metric with a constant '1' value labelled by the version, revision and Go version of the binary.",
-		ConstLabels: prometheus.Labels{"version": Version, "revision": Revision, "goversion": runtime.Version()},
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version, "revision": buildinfo.Revision, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
 }
