@@ -437,7 +437,7 @@ func TestWithProfiles(t *testing.T) {
 		"all":     {names: []string{AllProfiles}, perGPU: map[string]int{"gpu-0": 26, "gpu-1": 26, "gpu-2": 26, "gpu-3": 1, "gpu-4": 1}},
 		"default": {names: nil, perGPU: map[string]int{"gpu-0": 26, "gpu-1": 26, "gpu-2": 26, "gpu-3": 1, "gpu-4": 1}},
 		// 1g.10gb is the A100-40GB's two-slice 1g and the H100's one-slice 1g.
-		"1g.10gb": {names: []string{"1g.10gb"}, perGPU: map[string]int{"gpu-0": 5, "gpu-1": 5, "gpu-2": 8, "gpu-3": 1, "gpu-4": 1}},
+		"1g.10gb":            {names: []string{"1g.10gb"}, perGPU: map[string]int{"gpu-0": 5, "gpu-1": 5, "gpu-2": 8, "gpu-3": 1, "gpu-4": 1}},
 		"1g.5gb and 3g.40gb": {names: []string{"1g.5gb", "3g.40gb"}, perGPU: map[string]int{"gpu-0": 8, "gpu-1": 8, "gpu-2": 3, "gpu-3": 1, "gpu-4": 1}},
 		"not offered":        {names: []string{"1g.10gb", "1g.18gb", "1g.6gb"}, perGPU: map[string]int{"gpu-0": 5, "gpu-1": 5, "gpu-2": 8, "gpu-3": 1, "gpu-4": 1}, notOffered: []string{"1g.18gb", "1g.6gb"}},
 	} {
