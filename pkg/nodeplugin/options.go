@@ -17,6 +17,7 @@ import (
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/kubeclient"
+	"github.com/accel-dra/accel-dra/pkg/mig"
 )
 
 // Default driver names.
@@ -45,6 +46,9 @@ type Options struct {
 	// DynamicMIG publishes the GPUs in MIG mode as partitionable devices whose MIG instances
 	// are created on prepare (docs/mig.md).
 	DynamicMIG bool
+	// MIGProfiles are the MIG profiles dynamic MIG publishes (--mig-profiles): mig.AllProfiles
+	// or profile names (docs/mig.md).
+	MIGProfiles []string
 	// NVIDIADriverRoot and AscendDriverRoot are where this process sees the root of the
 	// driver's installation; the Host* variants are the same trees as the container runtime
 	// sees them (empty: the same path). See docs/cdi.md.
@@ -133,6 +137,7 @@ func NewOptions() *Options {
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
 		DriverCheckInterval: 30 * time.Second,
 		DeviceHealth:        true,
+		MIGProfiles:         []string{mig.AllProfiles},
 		IgnoredXIDs:         defaultIgnoredXIDs(),
 		Kube:                kubeclient.DefaultOptions(),
 		Logging:             logsapi.NewLoggingConfiguration(),
@@ -180,6 +185,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.MPSDaemonPriorityClassName, "mps-daemon-priority-class-name", o.MPSDaemonPriorityClassName, "Priority class of the MPS control daemon pods.")
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
+	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", o.MIGProfiles, "With --dynamic-mig: the MIG profiles published, as NVIDIA names them (1g.10gb,1g.10gb+me,3g.40gb), or all. Each GPU in MIG mode publishes its whole device and the partitions of the listed profiles it offers; every partition costs the scheduler on every node it examines, so list the profiles your claims ask for (see docs/mig.md and docs/scheduling-benchmark.md). A listed profile no GPU of the node offers is logged, not an error, so that one list serves nodes of several GPU models.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
@@ -217,6 +223,12 @@ func (o *Options) Complete() error {
 	}
 	if o.MPSDaemons != MPSDaemonsPod && o.MPSDaemons != MPSDaemonsProcess {
 		return fmt.Errorf("--mps-daemons=%q: want %s or %s", o.MPSDaemons, MPSDaemonsPod, MPSDaemonsProcess)
+	}
+	if err := mig.ValidateProfiles(o.MIGProfiles); err != nil {
+		return fmt.Errorf("--mig-profiles: %w", err)
+	}
+	if !o.DynamicMIG && !(len(o.MIGProfiles) == 1 && o.MIGProfiles[0] == mig.AllProfiles) {
+		return fmt.Errorf("--mig-profiles is for --dynamic-mig: static MIG publishes the MIG devices that exist")
 	}
 	if _, err := health.ParseEffects(o.DeviceTaintEffects); err != nil {
 		return fmt.Errorf("--device-taint-effects: %w", err)
