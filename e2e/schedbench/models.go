@@ -16,6 +16,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/mig"
+	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 )
 
@@ -28,7 +29,8 @@ type model struct {
 	backend string
 	profile string
 	driver  string
-	// dynamicMIG applies --dynamic-mig; migProfiles is --mig-profiles (nil: the default).
+	// dynamicMIG applies --dynamic-mig; migProfiles is --mig-profiles (nil: the plugin's
+	// default).
 	dynamicMIG  bool
 	migProfiles []string
 	// staticMIG makes every GPU in MIG mode hold seven 1g.10gb MIG devices before the node is
@@ -55,7 +57,8 @@ func models() []model {
 		{name: "gpu", backend: backend.Mock, profile: "h100-8x-2numa", driver: framework.GPUDriver, claim: oneDevice(framework.GPUDriver)},
 		{name: "mig-static", backend: backend.Mock, profile: "h100-8x-mig", driver: framework.GPUDriver, staticMIG: true, claim: oneDevice(framework.MIGClass, migProfileSelector)},
 		{name: "mig-dynamic", backend: backend.Mock, profile: "h100-8x-mig", driver: framework.GPUDriver, dynamicMIG: true, claim: oneDevice(framework.MIGClass, migProfileSelector)},
-		{name: "mig-dynamic-all", backend: backend.Mock, profile: "h100-8x-mig", driver: framework.GPUDriver, dynamicMIG: true, migProfiles: []string{mig.AllProfiles}, claim: oneDevice(framework.MIGClass, migProfileSelector)},
+		// A cluster that asks for 1g and half GPUs and says so with --mig-profiles.
+		{name: "mig-dynamic-chosen", backend: backend.Mock, profile: "h100-8x-mig", driver: framework.GPUDriver, dynamicMIG: true, migProfiles: []string{"1g.10gb", "3g.40gb"}, claim: oneDevice(framework.MIGClass, migProfileSelector)},
 		{name: "memory", backend: backend.Mock, profile: "h100-8x-2numa", driver: framework.GPUDriver, consumableMemory: true, claim: memory},
 		{name: "npu", backend: backend.NPUMock, profile: "ascend910b-8x", driver: framework.NPUDriver, claim: oneDevice(framework.NPUDriver)},
 	}
@@ -79,7 +82,11 @@ func (m model) pool(ctx context.Context, node, mockDir string) (resourceslice.Dr
 		}
 	}
 	if m.dynamicMIG {
-		if inv, err = mig.Dynamic(inv, mig.WithProfiles(m.migProfiles)); err != nil {
+		profiles := m.migProfiles
+		if profiles == nil {
+			profiles = nodeplugin.NewOptions().MIGProfiles
+		}
+		if inv, err = mig.Dynamic(inv, mig.WithProfiles(profiles)); err != nil {
 			return resourceslice.DriverResources{}, 0, err
 		}
 	}
