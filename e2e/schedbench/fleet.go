@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
@@ -25,26 +26,13 @@ func nodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
 
 // parallel runs f(0..n-1) on workers goroutines and returns the first error.
 func parallel(n, workers int, f func(i int) error) error {
-	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
-	next := make(chan int)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	workqueue.ParallelizeUntil(context.Background(), workers, n, func(i int) {
+		if err := f(i); err != nil {
+			once.Do(func() { first = err })
+		}
+	})
 	return first
 }
 
