@@ -35,10 +35,11 @@ END {
       r = median(vals[n, m, "pods/s"])
       ratio = (base != "" && r + 0 > 0) ? sprintf("%.2f", base / r) : "-"
       cpu = median(vals[n, m, "sched-cpu-ms/pod"])
-      cratio = (basecpu + 0 > 0) ? sprintf("%.2f", cpu / basecpu) : "-"
+      cratio = (basecpu + 0 > 0 && cpu != "") ? sprintf("%.2f", cpu / basecpu) : "-"
       filt = median(vals[n, m, "filters/pod"])
-      pernode = (filt + 0 > 0) ? sprintf("%.0f", cpu * 1000 / filt) : "-"
-      printf "%-6s %-20s %8.1f %9.0f %9.0f %10.0f %10.0f %8.0f %8.0f %10s %9.1f %9s %11s\n", n, m, r, median(vals[n, m, "p50-ms"]), median(vals[n, m, "p99-ms"]), median(vals[n, m, "dra-filter-us"]), median(vals[n, m, "dra-prefilter-us"]), filt, median(vals[n, m, "devices/node"]), ratio, cpu, cratio, pernode
+      pernode = (filt + 0 > 0 && cpu != "") ? sprintf("%.0f", cpu * 1000 / filt) : "-"
+      cpu = (cpu != "") ? sprintf("%.1f", cpu) : "-"
+      printf "%-6s %-20s %8.1f %9.0f %9.0f %10.0f %10.0f %8.0f %8.0f %10s %9s %9s %11s\n", n, m, r, median(vals[n, m, "p50-ms"]), median(vals[n, m, "p99-ms"]), median(vals[n, m, "dra-filter-us"]), median(vals[n, m, "dra-prefilter-us"]), filt, median(vals[n, m, "devices/node"]), ratio, cpu, cratio, pernode
     }
   }
 }

@@ -49,10 +49,44 @@ const (
 	// envProfileDir names a directory for a CPU profile of the scheduler during each burst
 	// (<dir>/nodes=N-model=M.pprof); unset, none is taken.
 	envProfileDir = "SCHED_BENCH_PROFILE_DIR"
-	// envSchedulerFlags are extra kube-scheduler flags, e.g. a --config with another
-	// percentageOfNodesToScore.
+	// envSchedulerFlags are extra kube-scheduler flags.
 	envSchedulerFlags = "SCHED_BENCH_SCHEDULER_FLAGS"
+	// envPercentage sets the scheduler's percentageOfNodesToScore (default: unset, the
+	// adaptive default), through a KubeSchedulerConfiguration file.
+	envPercentage = "SCHED_BENCH_PERCENTAGE_OF_NODES_TO_SCORE"
 )
+
+// schedulerFlags are the kube-scheduler's flags beyond the harness's. The scheduler's client
+// limit (default 50 QPS, burst 100) would cap binding at about 25 pods/s (a claim status update
+// and a binding per pod) and measure the client, not the scheduler. percentageOfNodesToScore
+// stays at its default unless envPercentage sets it; that needs a configuration file, and with
+// one the scheduler ignores its deprecated flags (--kubeconfig, --kube-api-qps), so the file
+// carries them. dir is the cluster's work directory, where it writes admin.kubeconfig.
+func schedulerFlags(dir string) ([]string, error) {
+	flags := []string{"--kube-api-qps=5000", "--kube-api-burst=10000", "--v=1"}
+	if env := os.Getenv(envPercentage); env != "" {
+		pct, err := strconv.Atoi(env)
+		if err != nil || pct < 0 || pct > 100 {
+			return nil, fmt.Errorf("%s=%q: want a percentage", envPercentage, env)
+		}
+		cfg := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 5000
+  burst: 10000
+leaderElection:
+  leaderElect: false
+percentageOfNodesToScore: %d
+`, filepath.Join(dir, "admin.kubeconfig"), pct)
+		path := filepath.Join(dir, "kube-scheduler-config.yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			return nil, err
+		}
+		flags = append(flags, "--config="+path)
+	}
+	return append(flags, strings.Fields(os.Getenv(envSchedulerFlags))...), nil
+}
 
 func sizes() ([]int, error) {
 	env := os.Getenv(envNodes)
@@ -115,11 +149,16 @@ type fleet struct {
 
 func startFleet(b *testing.B, n int) *fleet {
 	ctx := context.Background()
+	// A directory of the benchmark's own, so that the scheduler's configuration can name the
+	// kubeconfig the cluster writes there.
+	dir := b.TempDir()
+	sched, err := schedulerFlags(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
 	c := cluster.StartForTest(b, cluster.Options{
-		// The scheduler's client limit (default 50 QPS, burst 100) would cap binding at about
-		// 25 pods/s (a claim status update and a binding per pod) and measure the client, not
-		// the scheduler. percentageOfNodesToScore stays at its default (adaptive).
-		SchedulerFlags: append([]string{"--kube-api-qps=5000", "--kube-api-burst=10000", "--v=1"}, strings.Fields(os.Getenv(envSchedulerFlags))...),
+		Dir:            dir,
+		SchedulerFlags: sched,
 		// No kubelet renews the fake nodes' leases.
 		ControllerManagerFlags: []string{"--controllers=*,-node-lifecycle-controller", "--kube-api-qps=5000", "--kube-api-burst=10000"},
 		APIServerFlags:         []string{"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"},
