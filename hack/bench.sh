@@ -11,6 +11,7 @@
 #                 (default 50,200,1000), SCHED_BENCH_MODELS models (default all),
 #                 SCHED_BENCH_PODS burst size (default min(600, 6 x nodes)),
 #                 SCHED_BENCH_PROFILE_DIR=dir a CPU profile of the scheduler per burst,
+#                 SCHED_BENCH_PERCENTAGE_OF_NODES_TO_SCORE the scheduler's percentageOfNodesToScore,
 #                 SCHED_BENCH_SCHEDULER_FLAGS extra kube-scheduler flags
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +35,14 @@ if [ "${BENCH_SCHED:-1}" != 0 ]; then
   sched=$(mktemp)
   trap 'rm -f "$out" "$sched"' EXIT
   echo "== scheduling: the real kube-scheduler, fake nodes with the plugin's pools, one-device claims (count=${SCHED_BENCH_COUNT:-1})"
-  go test -tags e2e -run '^$' -bench Scheduling -benchtime 1x -count "${SCHED_BENCH_COUNT:-1}" -timeout 180m ./e2e/schedbench/ | tee "$sched" | grep -E '^(Benchmark|ok|FAIL|PASS)' || true
-  hack/schedtable.awk "$sched"
+  # The whole output goes to $sched; the terminal gets the results and failures as they come.
+  set +e +o pipefail
+  go test -tags e2e -run '^$' -bench Scheduling -benchtime 1x -count "${SCHED_BENCH_COUNT:-1}" -timeout 180m ./e2e/schedbench/ 2>&1 \
+    | tee "$sched" | grep --line-buffered -E '^(Benchmark|--- FAIL|FAIL|ok|PASS)|schedbench_test.go'
+  rc=${PIPESTATUS[0]}
+  set -e -o pipefail
+  hack/schedtable.awk "$sched" || true
+  if [ "$rc" != 0 ]; then echo "scheduling benchmark failed (exit $rc)" >&2; exit "$rc"; fi
 fi
 
 echo
