@@ -13,6 +13,9 @@ function median(list,    n, v, i, j, t) {
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
   return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
+# num formats a median, or "-" where no run reported the figure (the scheduler samples plugin
+# times in a tenth of its cycles, so a small burst may have none).
+function num(v, fmt) { return (v == "") ? "-" : sprintf(fmt, v) }
 /^BenchmarkScheduling\/nodes=[0-9]+\/model=/ {
   split($1, part, "/")
   nodes = substr(part[2], 7); model = substr(part[3], 7); sub(/-[0-9]+$/, "", model)
@@ -39,7 +42,7 @@ END {
       filt = median(vals[n, m, "filters/pod"])
       pernode = (filt + 0 > 0 && cpu != "") ? sprintf("%.0f", cpu * 1000 / filt) : "-"
       cpu = (cpu != "") ? sprintf("%.1f", cpu) : "-"
-      printf "%-6s %-20s %8.1f %9.0f %9.0f %10.0f %10.0f %8.0f %8.0f %10s %9s %9s %11s\n", n, m, r, median(vals[n, m, "p50-ms"]), median(vals[n, m, "p99-ms"]), median(vals[n, m, "dra-filter-us"]), median(vals[n, m, "dra-prefilter-us"]), filt, median(vals[n, m, "devices/node"]), ratio, cpu, cratio, pernode
+      printf "%-6s %-20s %8.1f %9.0f %9.0f %10s %10s %8s %8.0f %10s %9s %9s %11s\n", n, m, r, median(vals[n, m, "p50-ms"]), median(vals[n, m, "p99-ms"]), num(median(vals[n, m, "dra-filter-us"]), "%.0f"), num(median(vals[n, m, "dra-prefilter-us"]), "%.0f"), num(filt, "%.0f"), median(vals[n, m, "devices/node"]), ratio, cpu, cratio, pernode
     }
   }
 }
