@@ -5,8 +5,8 @@
 # examined and PreFilter time per pod (sampled by the scheduler), devices per node, and the
 # model's throughput as a ratio to whole GPUs (how many times slower) on the same fleet, and the
 # scheduler's CPU time per pod and its ratio to whole GPUs (steadier on a shared machine), and
-# that CPU time per node examined (per DRA Filter call): whether the cost per node stays flat as
-# the fleet grows.
+# that CPU time per node the scheduler examines per pod (its numFeasibleNodesToFind): whether
+# the cost per node stays flat as the fleet grows.
 function median(list,    n, v, i, j, t) {
   n = split(substr(list, 2), v, " ")
   if (n == 0) return ""
@@ -40,7 +40,9 @@ END {
       cpu = median(vals[n, m, "sched-cpu-ms/pod"])
       cratio = (basecpu + 0 > 0 && cpu != "") ? sprintf("%.2f", cpu / basecpu) : "-"
       filt = median(vals[n, m, "filters/pod"])
-      pernode = (filt + 0 > 0 && cpu != "") ? sprintf("%.0f", cpu * 1000 / filt) : "-"
+      examined = median(vals[n, m, "examined/pod"])
+      if (examined == "") examined = filt
+      pernode = (examined + 0 > 0 && cpu != "") ? sprintf("%.0f", cpu * 1000 / examined) : "-"
       cpu = (cpu != "") ? sprintf("%.1f", cpu) : "-"
       printf "%-6s %-20s %8.1f %9.0f %9.0f %10s %10s %8s %8.0f %10s %9s %9s %11s\n", n, m, r, median(vals[n, m, "p50-ms"]), median(vals[n, m, "p99-ms"]), num(median(vals[n, m, "dra-filter-us"]), "%.0f"), num(median(vals[n, m, "dra-prefilter-us"]), "%.0f"), num(filt, "%.0f"), median(vals[n, m, "devices/node"]), ratio, cpu, cratio, pernode
     }
