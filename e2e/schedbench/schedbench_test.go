@@ -541,6 +541,9 @@ func (f *fleet) profile(b *testing.B, name string) func() {
 		// samples.
 		data, err := f.get("/debug/pprof/profile?seconds=10")
 		if err == nil {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644)
 		}
 		if err != nil {
