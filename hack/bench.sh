@@ -6,6 +6,13 @@
 #   BENCH_PROFILE_DIR=dir runs the plugin with --profiling and writes 10 s CPU profiles of it and
 #                 of the kube-apiserver during each measured loop to dir/<loop>-plugin.pprof and
 #                 dir/<loop>-apiserver.pprof
+#   BENCH_SCHED=0 skips the scheduling benchmark (e2e/schedbench, docs/scheduling-benchmark.md);
+#   SCHED_BENCH_COUNT bursts per fleet size and model (default 1), SCHED_BENCH_NODES fleet sizes
+#                 (default 50,200,1000), SCHED_BENCH_MODELS models (default all),
+#                 SCHED_BENCH_PODS burst size (default min(600, 6 x nodes)),
+#                 SCHED_BENCH_PROFILE_DIR=dir a CPU profile of the scheduler per burst,
+#                 SCHED_BENCH_PERCENTAGE_OF_NODES_TO_SCORE the scheduler's percentageOfNodesToScore,
+#                 SCHED_BENCH_SCHEDULER_FLAGS extra kube-scheduler flags
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${BENCH_COUNT:-5}
@@ -23,6 +30,20 @@ fi
 echo "== MIG (docs/mig.md): dynamic-MIG prepare p50 on the mock, ResourceSlice bytes per GPU in MIG mode"
 go test -run '^$' -bench PrepareDynamicMIG -benchtime 300x -count "$count" ./pkg/driver/ | tee -a "$out"
 go test -run '^$' -bench SliceBytes -benchtime 1x -count 1 ./pkg/mig/ | tee -a "$out"
+
+if [ "${BENCH_SCHED:-1}" != 0 ]; then
+  sched=$(mktemp)
+  trap 'rm -f "$out" "$sched"' EXIT
+  echo "== scheduling: the real kube-scheduler, fake nodes with the plugin's pools, one-device claims (count=${SCHED_BENCH_COUNT:-1})"
+  # The whole output goes to $sched; the terminal gets the results and failures as they come.
+  set +e +o pipefail
+  go test -tags e2e -run '^$' -bench Scheduling -benchtime 1x -count "${SCHED_BENCH_COUNT:-1}" -timeout 180m ./e2e/schedbench/ 2>&1 \
+    | tee "$sched" | grep --line-buffered -E '^(Benchmark|--- FAIL|FAIL|ok|PASS)|schedbench_test.go'
+  rc=${PIPESTATUS[0]}
+  set -e -o pipefail
+  hack/schedtable.awk "$sched" || true
+  if [ "$rc" != 0 ]; then echo "scheduling benchmark failed (exit $rc)" >&2; exit "$rc"; fi
+fi
 
 echo
 echo "== medians over $count runs"

@@ -827,3 +827,42 @@ func TestDynamicMIGValue(t *testing.T) {
 		t.Error("dynamicMIG: \"yes\" rendered, want a schema error")
 	}
 }
+
+// drivers.gpu.migProfiles becomes --mig-profiles with dynamicMIG, which the plugin's own options
+// accept; the schema refuses a name that is not a MIG profile before the plugin would.
+func TestMIGProfilesValue(t *testing.T) {
+	for name, tc := range map[string]struct {
+		profiles []any
+		want     []string
+	}{
+		"default": {profiles: nil, want: []string{"all"}},
+		"chosen":  {profiles: []any{"1g.10gb", "1g.10gb+me", "3g.40gb"}, want: []string{"1g.10gb", "1g.10gb+me", "3g.40gb"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			gpu := map[string]any{"dynamicMIG": true}
+			if tc.profiles != nil {
+				gpu["migProfiles"] = tc.profiles
+			}
+			args, err := pluginArgs(map[string]any{"drivers": map[string]any{"gpu": gpu}}, "gpu.accel-dra.io", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := nodeplugin.NewOptions()
+			if err := o.NewFlagSet().Parse(append(args, "--node-name=node-a")); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Complete(); err != nil {
+				t.Fatalf("plugin options from the chart's args %q: %v", args, err)
+			}
+			if strings.Join(o.MIGProfiles, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("options say %q, want %q (args %q)", o.MIGProfiles, tc.want, args)
+			}
+		})
+	}
+	for _, bad := range [][]any{{"1g10gb"}, {}, {"all", "1g.10gb"}} {
+		vals := map[string]any{"drivers": map[string]any{"gpu": map[string]any{"dynamicMIG": true, "migProfiles": bad}}}
+		if _, err := render(Options{Values: vals}); err == nil {
+			t.Errorf("migProfiles %q rendered, want a schema error", bad)
+		}
+	}
+}

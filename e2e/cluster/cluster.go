@@ -89,6 +89,7 @@ type Cluster struct {
 	adminToken   string
 	adminKubecfg string
 	apiserverURL string
+	schedulerURL string
 	restConfig   *rest.Config
 	client       kubernetes.Interface
 
@@ -240,6 +241,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 		"--leader-elect=false",
 		"--v=2",
 	}
+	c.schedulerURL = "https://127.0.0.1:" + strconv.Itoa(schedPort)
 	sched, err := c.startComponent("kube-scheduler", append(append([]string{
 		filepath.Join(c.binDir, "kube-scheduler"),
 		"--secure-port=" + strconv.Itoa(schedPort),
@@ -314,6 +316,10 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 
 // RESTConfig returns a copy of the admin (system:masters) client configuration.
 func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// SchedulerURL is the kube-scheduler's secure port (https, a self-signed certificate), where
+// it serves /metrics and /debug/pprof to the admin token (RESTConfig's BearerToken).
+func (c *Cluster) SchedulerURL() string { return c.schedulerURL }
 
 // Client is an admin clientset.
 func (c *Cluster) Client() kubernetes.Interface { return c.client }

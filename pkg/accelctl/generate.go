@@ -36,8 +36,10 @@ type Shape struct {
 	// Backend is mock or npu-mock; empty: inferred from the profile.
 	Backend string
 	// DriverName overrides the plugin's default driver name.
-	DriverName       string
-	DynamicMIG       bool
+	DriverName string
+	DynamicMIG bool
+	// MIGProfiles are the plugin's --mig-profiles (with DynamicMIG); empty: the plugin's default.
+	MIGProfiles      []string
 	ConsumableMemory bool
 	// IdentityAttributes are the publisher's --identity-attributes, if it has any.
 	IdentityAttributes []string
@@ -54,6 +56,9 @@ func (s Shape) PluginArgs() []string {
 	}
 	if s.DynamicMIG {
 		args = append(args, "--dynamic-mig")
+	}
+	if len(s.MIGProfiles) > 0 {
+		args = append(args, "--mig-profiles="+strings.Join(s.MIGProfiles, ","))
 	}
 	if s.ConsumableMemory {
 		args = append(args, "--consumable-memory")
@@ -174,6 +179,7 @@ reports a TemplateDiverged event if a node differs from it (docs/template-publis
 	f.StringVar(&s.Backend, "backend", "", "mock or npu-mock (default: the one that has the profile).")
 	f.StringVar(&s.DriverName, "driver-name", "", "The plugin's --driver-name (default per backend).")
 	f.BoolVar(&s.DynamicMIG, "dynamic-mig", false, "The plugin's --dynamic-mig.")
+	f.StringSliceVar(&s.MIGProfiles, "mig-profiles", nil, "The plugin's --mig-profiles (with --dynamic-mig).")
 	f.BoolVar(&s.ConsumableMemory, "consumable-memory", false, "The plugin's --consumable-memory.")
 	f.StringSliceVar(&s.IdentityAttributes, "identity-attributes", nil, "The publisher's --identity-attributes, if set.")
 	f.StringVar(&plugin, "plugin", "", "Path of "+PluginBinary+" (default: beside accelctl, else on $PATH).")

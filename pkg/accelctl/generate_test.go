@@ -47,8 +47,8 @@ func TestGenerateSeedErrors(t *testing.T) {
 }
 
 func TestShapePluginArgs(t *testing.T) {
-	got := strings.Join(Shape{Profile: "a100-8x-mig", DynamicMIG: true, ConsumableMemory: true, DriverName: "gpu.example.com", IdentityAttributes: []string{"uuid", "mac"}}.PluginArgs(), " ")
-	want := "generate-template --mock-profile=a100-8x-mig --driver-name=gpu.example.com --dynamic-mig --consumable-memory --identity-attributes=uuid,mac"
+	got := strings.Join(Shape{Profile: "a100-8x-mig", DynamicMIG: true, MIGProfiles: []string{"1g.10gb", "3g.40gb"}, ConsumableMemory: true, DriverName: "gpu.example.com", IdentityAttributes: []string{"uuid", "mac"}}.PluginArgs(), " ")
+	want := "generate-template --mock-profile=a100-8x-mig --driver-name=gpu.example.com --dynamic-mig --mig-profiles=1g.10gb,3g.40gb --consumable-memory --identity-attributes=uuid,mac"
 	if got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -264,8 +266,8 @@ func TestMemorySlicesAreWhatKeepsPartitionsApart(t *testing.T) {
 			two = pr
 		}
 	}
-	a := device.Device{Name: "a", Consumes: []device.CounterConsumption{Consumption(p.GPU.Name, one, device.MIGPlacement{Start: 0, Size: 1})}}
-	b := device.Device{Name: "b", Consumes: []device.CounterConsumption{Consumption(p.GPU.Name, two, device.MIGPlacement{Start: 0, Size: 2})}}
+	a := device.Device{Name: "a", Consumes: []device.CounterConsumption{Consumption(&p, one, device.MIGPlacement{Start: 0, Size: 1})}}
+	b := device.Device{Name: "b", Consumes: []device.CounterConsumption{Consumption(&p, two, device.MIGPlacement{Start: 0, Size: 2})}}
 	counters := Counters(&p)
 	if fits([]device.Device{a, b}, counters) {
 		t.Fatal("overlapping 1g.5gb@0 and 2g.10gb@0 fit the counters")
@@ -352,5 +354,135 @@ func TestSlicesIndependentOfInstances(t *testing.T) {
 	}
 	if !bytes.Equal(before, render(again)) {
 		t.Error("dynamic-MIG slices changed when a MIG instance was created")
+	}
+}
+
+// TestEveryCounterCanBind: a published counter costs the scheduler on every node it examines
+// (each device's consumption is converted and checked on each Filter call), so a counter that
+// no allocatable set of partitions could ever exhaust is not published. For every MIG GPU model,
+// each counter must be exceeded by some set of partitions on pairwise disjoint memory slices
+// (the sets the memory-slice counters alone allow); TestAllocatableSetsAreNVMLSets checks that
+// the counters left still give exactly NVML's sets.
+func TestEveryCounterCanBind(t *testing.T) {
+	for _, profile := range migProfiles {
+		_, inv := enumerate(t, profile)
+		seen := map[string]bool{}
+		for _, p := range inv.MIGParents {
+			if seen[p.GPU.ProductName] {
+				continue
+			}
+			seen[p.GPU.ProductName] = true
+			// The most of each counter that partitions on disjoint memory slices consume, by
+			// walking every such set (the implementation computes it another way).
+			type part struct {
+				pl  device.MIGPlacement
+				use map[string]int64
+			}
+			var parts []part
+			for _, pr := range p.Profiles {
+				for _, pl := range pr.Placements {
+					parts = append(parts, part{pl, Consumption(&p, pr, pl).Counters})
+				}
+			}
+			most := map[string]int64{}
+			var walk func(from int, used map[string]int64, taken []device.MIGPlacement)
+			walk = func(from int, used map[string]int64, taken []device.MIGPlacement) {
+				for name, v := range used {
+					most[name] = max(most[name], v)
+				}
+			next:
+				for i := from; i < len(parts); i++ {
+					for _, q := range taken {
+						if q.Overlaps(parts[i].pl) {
+							continue next
+						}
+					}
+					sum := maps.Clone(used)
+					for name, v := range parts[i].use {
+						sum[name] += v
+					}
+					walk(i+1, sum, append(taken, parts[i].pl))
+				}
+			}
+			walk(0, map[string]int64{}, nil)
+			for name, limit := range Counters(&p).Counters {
+				if !strings.HasPrefix(name, "memory-slice-") && most[name] <= limit {
+					t.Errorf("%s %s: counter %s (%d) is never exhausted: partitions on disjoint memory slices use at most %d", profile, p.GPU.ProductName, name, limit, most[name])
+				}
+			}
+		}
+	}
+}
+
+func TestValidateProfiles(t *testing.T) {
+	for name, tc := range map[string]struct {
+		names []string
+		err   string
+	}{
+		"all":              {names: []string{"all"}},
+		"names":            {names: []string{"1g.10gb", "1g.10gb+me", "2g.20gb", "1g.24gb+me.all", "1g.12gb-me", "1g.10gb+gfx"}},
+		"empty":            {names: nil, err: "no MIG profile given"},
+		"all and a name":   {names: []string{"all", "1g.10gb"}, err: `"all" cannot be combined`},
+		"not a profile":    {names: []string{"1g.10g"}, err: `"1g.10g" is not a MIG profile name`},
+		"unknown suffix":   {names: []string{"1g.10gb+xx"}, err: `"1g.10gb+xx" is not a MIG profile name`},
+		"compute instance": {names: []string{"1c.3g.20gb"}, err: "is not a MIG profile name"},
+		"twice":            {names: []string{"1g.10gb", "1g.10gb"}, err: `"1g.10gb" given twice`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := ValidateProfiles(tc.names)
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("ValidateProfiles(%q) = %v, want an error containing %q", tc.names, err, tc.err)
+			}
+		})
+	}
+}
+
+// TestWithProfiles: a choice publishes, per GPU in MIG mode, its full device and the partitions
+// of the chosen profiles it offers, with the same counter set as without a choice (so the
+// partitions left keep exactly their allocatable sets); names no GPU offers are reported.
+func TestWithProfiles(t *testing.T) {
+	_, inv := enumerate(t, "mig-mixed")
+	all, err := Dynamic(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		names      []string
+		perGPU     map[string]int
+		notOffered []string
+	}{
+		"all":     {names: []string{AllProfiles}, perGPU: map[string]int{"gpu-0": 26, "gpu-1": 26, "gpu-2": 26, "gpu-3": 1, "gpu-4": 1}},
+		"default": {names: nil, perGPU: map[string]int{"gpu-0": 26, "gpu-1": 26, "gpu-2": 26, "gpu-3": 1, "gpu-4": 1}},
+		// 1g.10gb is the A100-40GB's two-slice 1g and the H100's one-slice 1g.
+		"1g.10gb":            {names: []string{"1g.10gb"}, perGPU: map[string]int{"gpu-0": 5, "gpu-1": 5, "gpu-2": 8, "gpu-3": 1, "gpu-4": 1}},
+		"1g.5gb and 3g.40gb": {names: []string{"1g.5gb", "3g.40gb"}, perGPU: map[string]int{"gpu-0": 8, "gpu-1": 8, "gpu-2": 3, "gpu-3": 1, "gpu-4": 1}},
+		"not offered":        {names: []string{"1g.10gb", "1g.18gb", "1g.6gb"}, perGPU: map[string]int{"gpu-0": 5, "gpu-1": 5, "gpu-2": 8, "gpu-3": 1, "gpu-4": 1}, notOffered: []string{"1g.18gb", "1g.6gb"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, res, err := DynamicWithResult(inv, WithProfiles(tc.names))
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := map[string]int{}
+			for _, d := range got.Devices {
+				parent := d.Name
+				if d.MIG != nil {
+					parent = d.MIG.Parent
+					if !slices.Contains(tc.names, d.MIG.Profile.Name) && len(tc.names) > 0 && tc.names[0] != AllProfiles {
+						t.Errorf("%s: profile %s was not chosen", d.Name, d.MIG.Profile.Name)
+					}
+				}
+				count[parent]++
+			}
+			if diff := cmp.Diff(tc.perGPU, count); diff != "" {
+				t.Errorf("devices per GPU (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(all.CounterSets, got.CounterSets); diff != "" {
+				t.Errorf("counter sets differ from publishing every profile (-all +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.notOffered, res.NotOffered); diff != "" {
+				t.Errorf("not offered (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

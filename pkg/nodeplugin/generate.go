@@ -85,7 +85,7 @@ func GenerateSlices(ctx context.Context, o *Options) ([]resourceapi.ResourceSlic
 		return nil, fmt.Errorf("enumerating devices: %w", err)
 	}
 	if o.DynamicMIG {
-		if inv, _, err = dynamicMIG(be, inv); err != nil {
+		if inv, _, err = dynamicMIG(ctx, be, inv, o.MIGProfiles); err != nil {
 			return nil, fmt.Errorf("dynamic MIG: %w", err)
 		}
 	}

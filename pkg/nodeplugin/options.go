@@ -18,6 +18,7 @@ import (
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/kubeclient"
+	"github.com/accel-dra/accel-dra/pkg/mig"
 )
 
 // Default driver names.
@@ -46,6 +47,9 @@ type Options struct {
 	// DynamicMIG publishes the GPUs in MIG mode as partitionable devices whose MIG instances
 	// are created on prepare (docs/mig.md).
 	DynamicMIG bool
+	// MIGProfiles are the MIG profiles dynamic MIG publishes (--mig-profiles): mig.AllProfiles
+	// or profile names (docs/mig.md).
+	MIGProfiles []string
 	// NVIDIADriverRoot and AscendDriverRoot are where this process sees the root of the
 	// driver's installation; the Host* variants are the same trees as the container runtime
 	// sees them (empty: the same path). See docs/cdi.md.
@@ -146,6 +150,7 @@ func NewOptions() *Options {
 		// A few dozen stat calls: cheap enough to notice an upgrade within a pod's start.
 		DriverCheckInterval: 30 * time.Second,
 		DeviceHealth:        true,
+		MIGProfiles:         []string{mig.AllProfiles},
 		IgnoredXIDs:         defaultIgnoredXIDs(),
 		Kube:                kubeclient.DefaultOptions(),
 		Logging:             logsapi.NewLoggingConfiguration(),
@@ -196,6 +201,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.NVIDIACompat, "nvidia-compat", o.NVIDIACompat, "NVIDIA compatibility mode, for workloads written for NVIDIA's DRA driver (docs/migrate-from-nvidia.md): the driver name defaults to gpu.nvidia.com, opaque configuration of NVIDIA's API (resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig) is translated to accel-dra's, devices also carry NVIDIA's attribute names, and health taints use NVIDIA's keys. GPU backends only. Never run it on a node where NVIDIA's driver runs.")
+	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", o.MIGProfiles, "With --dynamic-mig: the MIG profiles published, as NVIDIA names them (1g.10gb,1g.10gb+me,3g.40gb), or all. Each GPU in MIG mode publishes its whole device and the partitions of the listed profiles it offers; every partition costs the scheduler on every node it examines, so list the profiles your claims ask for (see docs/mig.md and docs/scheduling-benchmark.md). A listed profile no GPU of the node offers is logged, not an error, so that one list serves nodes of several GPU models.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	fs.StringVar(&o.DroppedFields, "dropped-fields", o.DroppedFields, "What to do when kube-apiserver drops fields of the published ResourceSlices because a feature gate is off (device taints, shared counters, consumable capacity, ...): refuse (a Warning event on the Node naming the gate, 503 on /healthz, the slices withdrawn, exit status 1) or warn (the event and an error log; the plugin serves the slices as the server kept them). See docs/versions.md.")
 	o.Kube.AddFlags(fs)
@@ -243,6 +249,12 @@ func (o *Options) Complete() error {
 	}
 	if err := checkDroppedFieldsMode(o.DroppedFields); err != nil {
 		return err
+	}
+	if err := mig.ValidateProfiles(o.MIGProfiles); err != nil {
+		return fmt.Errorf("--mig-profiles: %w", err)
+	}
+	if !o.DynamicMIG && !(len(o.MIGProfiles) == 1 && o.MIGProfiles[0] == mig.AllProfiles) {
+		return fmt.Errorf("--mig-profiles is for --dynamic-mig: static MIG publishes the MIG devices that exist")
 	}
 	if _, err := health.ParseEffects(o.DeviceTaintEffects); err != nil {
 		return fmt.Errorf("--device-taint-effects: %w", err)

@@ -98,7 +98,7 @@ func Run(ctx context.Context, o *Options) error {
 	// Dynamic MIG keeps the backend to create and destroy MIG instances.
 	var partitioner device.Partitioner
 	if err == nil && o.DynamicMIG {
-		if inv, partitioner, err = dynamicMIG(be, inv); err != nil {
+		if inv, partitioner, err = dynamicMIG(ctx, be, inv, o.MIGProfiles); err != nil {
 			err = fmt.Errorf("dynamic MIG: %w", err)
 		}
 	}

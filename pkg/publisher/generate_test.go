@@ -57,8 +57,10 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 	type option struct {
 		name                   string
 		dynamicMIG, consumable bool
+		migProfiles            []string
 	}
-	options := []option{{name: "default"}, {name: "consumable-memory", consumable: true}, {name: "dynamic-mig", dynamicMIG: true}, {name: "dynamic-mig+consumable-memory", dynamicMIG: true, consumable: true}}
+	options := []option{{name: "default"}, {name: "consumable-memory", consumable: true}, {name: "dynamic-mig", dynamicMIG: true}, {name: "dynamic-mig+consumable-memory", dynamicMIG: true, consumable: true},
+		{name: "dynamic-mig+profiles", dynamicMIG: true, migProfiles: []string{"1g.10gb", "3g.40gb"}}}
 	type profile struct{ name, backend string }
 	var profiles []profile
 	for _, p := range nvmlmock.Profiles() {
@@ -111,7 +113,7 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 			go func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				s, err := pluginSlices(ctx, dir, p.backend, p.name, nodeName, o.dynamicMIG, o.consumable)
+				s, err := pluginSlices(ctx, dir, p.backend, p.name, nodeName, o.dynamicMIG, o.consumable, o.migProfiles)
 				ch <- mirror{s, err}
 			}()
 		}
@@ -126,7 +128,7 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 				// First, so that no publication outlives the test that logs it.
 				m := <-ch
 				_, ctx := ktesting.NewTestContext(t)
-				shape := accelctl.Shape{Profile: p.name, DynamicMIG: o.dynamicMIG, ConsumableMemory: o.consumable}
+				shape := accelctl.Shape{Profile: p.name, DynamicMIG: o.dynamicMIG, MIGProfiles: o.migProfiles, ConsumableMemory: o.consumable}
 				node := gpuNode(nodeName)
 				seed := seedv1alpha1.NodeGroupSeed{Labels: maps.Clone(node.Labels)}
 				delete(seed.Labels, "kubernetes.io/hostname")
@@ -206,7 +208,7 @@ func inProcessPlugin(ctx context.Context, args []string) ([]byte, error) {
 // pluginSlices are the ResourceSlices the plugin publishes on node with the mock profile: its
 // backend, its driver (driver.New, Resources) and the slice controller of the kubelet plugin
 // helper, writing to a fake API server. dir is its own.
-func pluginSlices(ctx context.Context, dir, backendName, profile, node string, dynamicMIG, consumable bool) ([]resourceapi.ResourceSlice, error) {
+func pluginSlices(ctx context.Context, dir, backendName, profile, node string, dynamicMIG, consumable bool, migProfiles []string) ([]resourceapi.ResourceSlice, error) {
 	be, err := backend.New(ctx, backend.Options{Name: backendName, MockProfile: profile, NodeName: node, MockDir: filepath.Join(dir, "mock")})
 	if err != nil {
 		return nil, err
@@ -217,7 +219,11 @@ func pluginSlices(ctx context.Context, dir, backendName, profile, node string, d
 		return nil, err
 	}
 	if dynamicMIG {
-		if inv, err = mig.Dynamic(inv); err != nil {
+		var opts []mig.Option
+		if len(migProfiles) > 0 {
+			opts = append(opts, mig.WithProfiles(migProfiles))
+		}
+		if inv, err = mig.Dynamic(inv, opts...); err != nil {
 			return nil, err
 		}
 	}
