@@ -203,3 +203,43 @@ func TestDecideSeed(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcileSeed: through the reconciler, a MachinePool at zero that names a seed gets it,
+// under the publisher's field manager, and a MachineDeployment naming an unknown seed gets a
+// Warning event and nothing written, without holding up the pool.
+func TestReconcileSeed(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"h100.yaml": seedSettings, "h100.json": string(templateDoc(t, h100))})
+	pool := machinePool("pool", nil)
+	pool.Annotations = map[string]string{nodegroup.SeedAnnotation: "h100"}
+	md := machineDeployment("gpu", map[string]string{nodegroup.SeedAnnotation: "h200"})
+	e := newEnv(t, pool, md, machineSet("gpu-1", "gpu", 1, 0))
+	e.r.Seeds = Seeds{Dir: dir}
+	poolKey, mdKey := GroupKey{KindMachinePool, ns, "pool"}, GroupKey{KindMachineDeployment, ns, "gpu"}
+	e.reconcile(mdKey)
+	e.reconcile(poolKey)
+
+	want := Seeds{Dir: dir}.Source("h100", e.r.Config).Annotations
+	if diff := cmp.Diff(want, managed(e.annotations(poolKey))); diff != "" {
+		t.Errorf("pool annotations (-seed +got):\n%s", diff)
+	}
+	obj, err := e.r.getGroup(e.ctx, poolKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owners := annotationOwners(obj)[nodegroup.SourceAnnotation]; len(owners) != 1 || owners[0] != FieldManager {
+		t.Errorf("source annotation owned by %q, want %s", owners, FieldManager)
+	}
+	if got := managed(e.annotations(mdKey)); len(got) > 0 {
+		t.Errorf("annotations written for an unknown seed: %v", got)
+	}
+	var failed []string
+	for _, ev := range e.events() {
+		if strings.Contains(ev, ReasonSeedFailed) {
+			failed = append(failed, ev)
+		}
+	}
+	if len(failed) != 1 || !strings.Contains(failed[0], `seed "h200": no such seed`) {
+		t.Errorf("%s events %q, want one for the unknown seed", ReasonSeedFailed, failed)
+	}
+}
