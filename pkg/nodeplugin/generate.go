@@ -147,6 +147,8 @@ func RunGenerate(ctx context.Context, args []string, out io.Writer) error {
 	fs := o.NewFlagSet()
 	fs.Init(GenerateCommand, pflag.ContinueOnError)
 	var identity []string
+	var output string
+	fs.StringVar(&output, "output", "", "Write the template document to this file instead of standard output (the publisher's seed init container has no shell to redirect with).")
 	fs.StringSliceVar(&identity, "identity-attributes", nil, "Attributes whose values become placeholders, as the publisher's --identity-attributes (default: the publisher's default).")
 	profiles := append(nvmlmock.Profiles(), npumock.Profiles()...)
 	fs.Usage = func() {
@@ -173,6 +175,11 @@ func RunGenerate(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "%s\n", b)
+	b = append(b, '\n')
+	if output != "" {
+		// The init container ends before the publisher starts: no reader sees half a file.
+		return os.WriteFile(output, b, 0o644)
+	}
+	_, err = out.Write(b)
 	return err
 }

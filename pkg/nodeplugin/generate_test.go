@@ -3,6 +3,8 @@ package nodeplugin
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -43,5 +45,15 @@ func TestRunGenerate(t *testing.T) {
 	}
 	if len(tmpl.Drivers) != 1 || tmpl.Drivers[0].Name != NPUDriverName || len(tmpl.Drivers[0].Devices) != 2 {
 		t.Errorf("template of ascend310p-2x: %+v", tmpl.Drivers)
+	}
+
+	// --output writes the same document to a file (the chart's init container has no shell).
+	file := filepath.Join(t.TempDir(), "seed.json")
+	var none bytes.Buffer
+	if err := RunGenerate(context.Background(), []string{"--mock-profile=ascend310p-2x", "--output=" + file}, &none); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, out.Bytes()) || none.Len() > 0 {
+		t.Errorf("--output wrote %q (%v) and %q to standard output, want %q and nothing", got, err, none.String(), out.String())
 	}
 }

@@ -67,6 +67,8 @@ type Reconciler struct {
 	Workloads *WorkloadClusters
 	// MachinePools: the API server serves MachinePools, and they are node groups too.
 	MachinePools bool
+	// Seeds are the seeds groups can name (nodegroup.SeedAnnotation).
+	Seeds Seeds
 
 	mu sync.Mutex
 	// nodeTemplates caches the template of each node by the identity of its slices, so that
@@ -94,6 +96,7 @@ func NewReconciler(c client.Client, rec events.EventRecorder, m *Metrics, o *Opt
 		Config:       Config{Budget: o.TemplateBudgetBytes, GPUDriver: o.GPUDriver},
 		BuildOptions: template.BuildOptions{IdentityAttributes: o.IdentityAttributes, KeepDeviceTaints: o.KeepDeviceTaints},
 		FieldManager: FieldManager,
+		Seeds:        Seeds{Dir: o.SeedsDir, TemplatesDir: o.SeedTemplatesDir},
 	}
 }
 
@@ -153,6 +156,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Res
 	}
 	if v, ok := in.Annotations[nodegroup.CopyFromAnnotation]; ok && len(nodes) == 0 {
 		in.CopyFrom = r.copySource(ctx, key, v)
+	}
+	if v, ok := in.Annotations[nodegroup.SeedAnnotation]; ok && len(nodes) == 0 {
+		in.Seed = r.Seeds.Source(v, r.Config)
 	}
 	plan := Decide(in, r.Config)
 

@@ -153,8 +153,24 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 					t.Fatal(err)
 				}
 
-				md, ms := machineDeployment("gpu", nil), machineSet("gpu-1", "gpu", 1, 0)
-				objs := []client.Object{md, ms, machine("m1", ms, nodeName), node}
+				// The publisher's seed mode, in the Helm chart's layout: the seed's settings, and
+				// the template generate-template wrote. The group names the seed and has no
+				// machine yet.
+				seedsDir := t.TempDir()
+				settings := *generated
+				settings.Template = nil
+				settingsFile, err := yaml.Marshal(settings)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(seedsDir, "gpu.yaml"), settingsFile, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(seedsDir, "gpu.json"), generated.Template.Raw, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				md, ms := machineDeployment("gpu", map[string]string{nodegroup.SeedAnnotation: "gpu"}), machineSet("gpu-1", "gpu", 1, 0)
+				objs := []client.Object{md, ms, node}
 				if m.err != nil {
 					t.Fatalf("the plugin on node %s: %v", nodeName, m.err)
 				}
@@ -162,7 +178,17 @@ func TestGeneratedSeedEqualsMirror(t *testing.T) {
 					objs = append(objs, s.DeepCopy())
 				}
 				e := newEnv(t, objs...)
+				e.r.Seeds = Seeds{Dir: seedsDir}
 				key := GroupKey{KindMachineDeployment, ns, "gpu"}
+				e.reconcile(key)
+				if diff := cmp.Diff(seedAnn, managed(e.annotations(key))); diff != "" {
+					t.Errorf("accelctl's seed (-) and the publisher's seed mode (+) differ (%v):\n%s", e.events(), diff)
+				}
+
+				// The node joins.
+				if err := e.client.Create(e.ctx, machine("m1", ms, nodeName)); err != nil {
+					t.Fatal(err)
+				}
 				e.reconcile(key)
 				mirrored := managed(e.annotations(key))
 

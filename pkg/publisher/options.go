@@ -53,6 +53,8 @@ type Options struct {
 	KeepDeviceTaints        bool
 	Workers                 int
 	Profiling               bool
+	SeedsDir                string
+	SeedTemplatesDir        string
 	Logging                 *logsapi.LoggingConfiguration
 	// LeaseDuration and friends are not flags; tests shorten them.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -103,6 +105,8 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringSliceVar(&o.IdentityAttributes, "identity-attributes", o.IdentityAttributes, "Device attributes whose values identify one piece of hardware; they become placeholders in templates (a name without a domain matches that identifier in any domain).")
 	fs.BoolVar(&o.KeepDeviceTaints, "keep-device-taints", o.KeepDeviceTaints, "Keep device taints in templates (by default they are dropped as transient).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Node groups reconciled in parallel.")
+	fs.StringVar(&o.SeedsDir, "seeds-dir", o.SeedsDir, "Directory of the seeds a node group can name in template.accel-dra.io/seed: <name>.yaml, a NodeGroupSeed, written to a group that has no template from its own nodes (default: none).")
+	fs.StringVar(&o.SeedTemplatesDir, "seed-templates-dir", o.SeedTemplatesDir, "Directory of <name>.json, the template document of a seed that gives no devices, as accel-dra-kubelet-plugin generate-template writes it (default: --seeds-dir).")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go profiles under /debug/pprof/ on the metrics address.")
 	logsapi.AddFlags(o.Logging, fs)
 	return fs

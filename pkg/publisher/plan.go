@@ -38,10 +38,14 @@ const (
 	// be read (no kubeconfig Secret, a bad kubeconfig, or its API server does not answer). The
 	// group's annotations are kept as they are.
 	ReasonWorkloadClusterUnreachable = "WorkloadClusterUnreachable"
+	// ReasonSeedFailed: the group names one of the publisher's seeds
+	// (template.accel-dra.io/seed), but the publisher has no such seed, cannot read it, or the
+	// group also has a copy-from annotation. Nothing is written.
+	ReasonSeedFailed = "TemplateSeedFailed"
 )
 
 // Reasons lists every problem reason, for metrics.
-var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices, ReasonAnnotationConflict, ReasonWorkloadClusterUnreachable}
+var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices, ReasonAnnotationConflict, ReasonWorkloadClusterUnreachable, ReasonSeedFailed}
 
 // NodeInput is one node of a group's current revision and the template of its ResourceSlices.
 type NodeInput struct {
@@ -82,6 +86,8 @@ type Input struct {
 	Nodes []NodeInput
 	// CopyFrom is the group named by the copy-from annotation, nil if there is none.
 	CopyFrom *CopySource
+	// Seed is the seed named by the seed annotation, nil if there is none.
+	Seed *SeedSource
 }
 
 // Config are the settings Decide needs.
@@ -131,7 +137,9 @@ type Plan struct {
 //     dra-driver/gpu-count) is kept and a problem is reported.
 //   - Without nodes (never scaled up, or scaled to zero): nothing is written, except that a
 //     group with a copy-from annotation whose template did not come from its own nodes gets
-//     the other group's template and shape keys (not labels and taints).
+//     the other group's template and shape keys (not labels and taints), and a group with a
+//     seed annotation whose template did not come from its own nodes gets the seed's
+//     annotations, the same that `accelctl template seed` writes.
 //
 // cpu, memory, ephemeral-disk and maxPods are never removed: when no node reports them the
 // current values are kept.
@@ -155,10 +163,18 @@ func Decide(in Input, cfg Config) Plan {
 	keep(nodegroup.DivergenceAnnotation)
 
 	if len(in.Nodes) == 0 {
-		if in.CopyFrom == nil || cur[nodegroup.SourceAnnotation] == nodegroup.SourceNodes {
+		if (in.CopyFrom == nil && in.Seed == nil) || cur[nodegroup.SourceAnnotation] == nodegroup.SourceNodes {
 			// A group at zero keeps what it has: the autoscaler needs it most now.
 			p.TemplateBytes = templateBytes(cur)
 			return p
+		}
+		if in.Seed != nil {
+			if prob := seedFrom(in.Seed, in.CopyFrom != nil, desired); prob != nil {
+				p.Problems = append(p.Problems, *prob)
+				p.TemplateBytes = templateBytes(cur)
+				return p
+			}
+			return finish(p, in, desired)
 		}
 		keep(nodegroup.LabelsKey, nodegroup.TaintsKey)
 		if prob := copyFrom(in.CopyFrom, cfg, desired); prob != nil {

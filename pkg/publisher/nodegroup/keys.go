@@ -43,6 +43,10 @@ const (
 	// "[<namespace>/]<name>" of another MachineDeployment, makes the publisher copy that group's
 	// template and capacity keys while this group has no nodes of its own.
 	CopyFromAnnotation = template.AnnotationPrefix + "copy-from"
+	// SeedAnnotation, set by an operator on a node group as the name of one of the
+	// publisher's seeds (--seeds-dir), makes the publisher write that seed's template and
+	// capacity keys while the group has no template from nodes of its own.
+	SeedAnnotation = template.AnnotationPrefix + "seed"
 	// DivergenceAnnotation, written by the publisher when the first nodes of a group differ
 	// from the template the group had (a seed or a copy; docs/template-publisher.md), says how,
 	// in one line; it stays until someone removes it, for alerts.
