@@ -45,6 +45,8 @@ var seedValues = []any{
 		"taints": []any{map[string]any{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}},
 	},
 	map[string]any{"name": "gpu-h200", "shape": h200Shape(), "cpu": 64, "memory": "512Gi"},
+	// Dynamic MIG with a choice of profiles (drivers.gpu.migProfiles on those nodes).
+	map[string]any{"name": "gpu-h100-mig", "profile": "h100-8x-mig", "dynamicMIG": true, "migProfiles": []any{"1g.10gb", "3g.40gb"}, "cpu": "96", "memory": "1000Gi"},
 }
 
 func init() {
@@ -191,6 +193,13 @@ func TestPublisherSeeds(t *testing.T) {
 			args := []string{"--mock-profile=" + profile}
 			if s["dynamicMIG"] == true {
 				args = append(args, "--dynamic-mig")
+			}
+			if profiles, ok := s["migProfiles"].([]any); ok {
+				var names []string
+				for _, p := range profiles {
+					names = append(names, p.(string))
+				}
+				args = append(args, "--mig-profiles="+strings.Join(names, ","))
 			}
 			if s["consumableMemory"] == true {
 				args = append(args, "--consumable-memory")
