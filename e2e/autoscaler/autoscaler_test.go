@@ -206,18 +206,7 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates, buildOptions{cases: cases, newGroup: machineDeployment})...)
 		})
 	}
-
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", "build", "claim", "decision", "pending → decision")
-	for _, o := range all {
-		d := "stays 0"
-		if o.scaled != "" {
-			d = o.scaled + " 0 → 1"
-		}
-		fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
-	}
-	t.Logf("autoscaler decisions (scan interval 1s):\n%s", b.String())
-	t.Logf("wall time %s", time.Since(start).Round(time.Second))
+	logDecisions(t, "claim", all, start)
 }
 
 // autoscalerBinDir returns $AUTOSCALER_BIN_DIR, or what hack/build-autoscaler.sh prints.
@@ -608,4 +597,19 @@ func eventMessage(ctx context.Context, c *cluster.Cluster, pod, reason string) s
 		return reason
 	}
 	return reason + ": " + evs.Items[0].Message
+}
+
+// logDecisions logs each build's decision per pod and the test's wall time.
+func logDecisions(t *testing.T, column string, all []outcome, start time.Time) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", "build", column, "decision", "pending → decision")
+	for _, o := range all {
+		d := "stays 0"
+		if o.scaled != "" {
+			d = o.scaled + " 0 → 1"
+		}
+		fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
+	}
+	t.Logf("autoscaler decisions (scan interval 1s):\n%s", b.String())
+	t.Logf("wall time %s", time.Since(start).Round(time.Second))
 }

@@ -108,17 +108,7 @@ func runScaleUps(t *testing.T, newGroup newGroupFunc, cs []claimCase) {
 			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates, opts)...)
 		})
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", "build", "case", "decision", "pending → decision")
-	for _, o := range all {
-		d := "stays 0"
-		if o.scaled != "" {
-			d = o.scaled + " 0 → 1"
-		}
-		fmt.Fprintf(&b, "%-10s %-13s %-18s %s\n", o.build, o.name, d, o.latency.Round(100*time.Millisecond))
-	}
-	t.Logf("autoscaler decisions (scan interval 1s):\n%s", b.String())
-	t.Logf("wall time %s", time.Since(start).Round(time.Second))
+	logDecisions(t, "case", all, start)
 }
 
 // stabilization is the autoscaler's delay before a ready node becomes its group's template

@@ -33,18 +33,9 @@ import (
 func TestSeedDivergence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c := cluster.StartForTest(t, cluster.Options{})
-	cl, err := framework.NewCAPIClient(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, c: c, client: c.Client(), cl: cl, dir: t.TempDir()}
-	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
-		t.Fatal(err)
-	}
-	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
-		t.Fatal(err)
-	}
+	e := startEnv(ctx, t)
+	c, cl := e.c, e.cl
+	var err error
 	if e.pub, err = startPublisher(ctx, c, "--leader-elect=false"); err != nil {
 		t.Fatal(err)
 	}

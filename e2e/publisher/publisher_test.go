@@ -102,6 +102,25 @@ type env struct {
 	dir    string
 }
 
+// startEnv starts a control plane with the DeviceClasses and Cluster API's CRDs, as every
+// publisher test needs it.
+func startEnv(ctx context.Context, t *testing.T) *env {
+	t.Helper()
+	c := cluster.StartForTest(t, cluster.Options{})
+	cl, err := framework.NewCAPIClient(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, c: c, client: c.Client(), cl: cl, dir: t.TempDir()}
+	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // managed returns the publisher's keys of a set of annotations.
 func managed(ann map[string]string) map[string]string {
 	out := map[string]string{}
@@ -119,18 +138,9 @@ func TestPublisher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	start := time.Now()
-	c := cluster.StartForTest(t, cluster.Options{})
-	cl, err := framework.NewCAPIClient(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, c: c, client: c.Client(), cl: cl, dir: t.TempDir()}
-	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
-		t.Fatal(err)
-	}
-	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
-		t.Fatal(err)
-	}
+	e := startEnv(ctx, t)
+	c, cl := e.c, e.cl
+	var err error
 	g, err := framework.CreateNodeGroup(ctx, cl, groupName, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
 	"github.com/accel-dra/accel-dra/pkg/publisher"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
@@ -48,18 +47,9 @@ labels:
 func TestPublisherSeedMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c := cluster.StartForTest(t, cluster.Options{})
-	cl, err := framework.NewCAPIClient(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, c: c, client: c.Client(), cl: cl, dir: t.TempDir()}
-	if err := framework.EnsureDeviceClasses(ctx, e.client); err != nil {
-		t.Fatal(err)
-	}
-	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
-		t.Fatal(err)
-	}
+	e := startEnv(ctx, t)
+	c, cl := e.c, e.cl
+	var err error
 
 	// The chart's layout: the ConfigMap's file, and the init container's output.
 	seedsDir, templatesDir := filepath.Join(e.dir, "seeds"), filepath.Join(e.dir, "seed-templates")
