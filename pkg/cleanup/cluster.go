@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 )
 
@@ -33,11 +35,39 @@ func (e *InUseError) Error() string {
 		len(e.Claims), strings.Join(names, "; "))
 }
 
-// Check refuses (an *InUseError) while a ResourceClaim with a device of one of the drivers is
-// reserved for a consumer: the kubelet would still have to unprepare it, and once the plugin is
-// gone nothing would. The uninstall's pre-delete hook runs it, so that a refusal leaves the
-// release installed.
-func Check(ctx context.Context, kube kubernetes.Interface, drivers []string) error {
+// Scope is one of the release's drivers and where its claims are the release's.
+type Scope struct {
+	Driver string
+	// Nodes is a label selector of the nodes where the release serves Driver, for a driver
+	// name the release shares with another driver node by node (NVIDIA's compatibility mode:
+	// gpu.nvidia.com on the nodes handed over). Empty: every claim of Driver is the release's.
+	Nodes string
+}
+
+// Check refuses (an *InUseError) while a ResourceClaim with a device of one of the release's
+// drivers is reserved for a consumer: the kubelet would still have to unprepare it, and once
+// the plugin is gone nothing would. The uninstall's pre-delete hook runs it, so that a refusal
+// leaves the release installed. A scoped driver's claim counts only when its allocation can
+// be on one of the scope's nodes; an allocation that names no node could be on any, and counts.
+func Check(ctx context.Context, kube kubernetes.Interface, scopes []Scope) error {
+	nodes := map[string][]*corev1.Node{} // by driver, for scoped drivers
+	for _, s := range scopes {
+		if s.Nodes == "" {
+			continue
+		}
+		sel, err := labels.Parse(s.Nodes)
+		if err != nil {
+			return fmt.Errorf("the nodes of driver %s: %w", s.Driver, err)
+		}
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return fmt.Errorf("listing the nodes of driver %s (%s): %w", s.Driver, s.Nodes, err)
+		}
+		nodes[s.Driver] = make([]*corev1.Node, 0, len(list.Items))
+		for i := range list.Items {
+			nodes[s.Driver] = append(nodes[s.Driver], &list.Items[i])
+		}
+	}
 	list, err := kube.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing ResourceClaims: %w", err)
@@ -47,17 +77,41 @@ func Check(ctx context.Context, kube kubernetes.Interface, drivers []string) err
 		if c.Status.Allocation == nil || len(c.Status.ReservedFor) == 0 {
 			continue
 		}
-		if slices.ContainsFunc(c.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool {
-			return slices.Contains(drivers, r.Driver)
-		}) {
+		mine, err := releases(c.Status.Allocation, scopes, nodes)
+		if err != nil {
+			return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		if mine {
 			inUse = append(inUse, c)
 		}
 	}
 	if len(inUse) > 0 {
 		return &InUseError{Claims: inUse}
 	}
-	klog.FromContext(ctx).Info("No claim of the drivers is in use", "drivers", drivers)
+	klog.FromContext(ctx).Info("No claim of the drivers is in use", "scopes", scopes)
 	return nil
+}
+
+// releases tells whether an allocation has a device of one of the scopes.
+func releases(a *resourceapi.AllocationResult, scopes []Scope, nodes map[string][]*corev1.Node) (bool, error) {
+	for _, r := range a.Devices.Results {
+		for _, s := range scopes {
+			if r.Driver != s.Driver {
+				continue
+			}
+			if s.Nodes == "" || a.NodeSelector == nil {
+				return true, nil
+			}
+			sel, err := nodeaffinity.NewNodeSelector(a.NodeSelector)
+			if err != nil {
+				return false, fmt.Errorf("allocation's node selector: %w", err)
+			}
+			if slices.ContainsFunc(nodes[s.Driver], sel.Match) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // WaitForDaemonSets waits until every pod of each of the DaemonSets is ready: the node

@@ -3,6 +3,7 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func claim(name, driver string, reservedFor ...string) *resourceapi.ResourceClai
 }
 
 func TestCheck(t *testing.T) {
-	drivers := []string{"gpu.accel-dra.io", "npu.accel-dra.io"}
+	drivers := []Scope{{Driver: "gpu.accel-dra.io"}, {Driver: "npu.accel-dra.io"}}
 	for _, tc := range []struct {
 		name   string
 		claims []runtime.Object
@@ -111,6 +112,92 @@ func TestWaitForDaemonSets(t *testing.T) {
 				t.Fatal(err)
 			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 				t.Fatalf("error %v, want one with %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// onNode allocates c on node, as the scheduler records a node-local device's allocation.
+func onNode(c *resourceapi.ResourceClaim, node string) *resourceapi.ResourceClaim {
+	c.Status.Allocation.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+	}}}
+	return c
+}
+
+func labelledNode(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+// TestCheckScoped: in NVIDIA's compatibility mode the release shares its driver name with
+// NVIDIA's driver, node by node (docs/migrate-from-nvidia.md): only claims allocated on the
+// nodes handed over to accel-dra are the release's. NVIDIA's claims on its own nodes never
+// block the uninstall; a claim whose allocation names no node could be on any, and counts.
+func TestCheckScoped(t *testing.T) {
+	handedOver := map[string]string{"accel-dra.io/nvidia-compat": "true"}
+	objs := []runtime.Object{
+		labelledNode("nvidia-node", map[string]string{"gpu": "yes"}),
+		labelledNode("accel-node", handedOver),
+		onNode(claim("nvidia-train", "gpu.nvidia.com", "pod-n"), "nvidia-node"),
+		onNode(claim("nvidia-idle", "gpu.nvidia.com"), "accel-node"),
+	}
+	scopes := []Scope{{Driver: "gpu.nvidia.com", Nodes: "accel-dra.io/nvidia-compat=true"}, {Driver: "npu.accel-dra.io"}}
+	if err := Check(context.Background(), fake.NewClientset(objs...), scopes); err != nil {
+		t.Fatalf("NVIDIA's claim on NVIDIA's node refused the uninstall: %v", err)
+	}
+
+	objs = append(objs,
+		onNode(claim("accel-train", "gpu.nvidia.com", "pod-a"), "accel-node"),
+		claim("anywhere", "gpu.nvidia.com", "pod-b"),
+		onNode(claim("npu-train", "npu.accel-dra.io", "pod-c"), "nvidia-node"),
+	)
+	err := Check(context.Background(), fake.NewClientset(objs...), scopes)
+	var iu *InUseError
+	if !errors.As(err, &iu) {
+		t.Fatalf("error %v, want an InUseError", err)
+	}
+	var got []string
+	for _, c := range iu.Claims {
+		got = append(got, c.Name)
+	}
+	if want := "accel-train,anywhere,npu-train"; strings.Join(got, ",") != want {
+		t.Errorf("in use %v, want %s (not nvidia-train, on a node not handed over)", got, want)
+	}
+
+	if err := Check(context.Background(), fake.NewClientset(objs...), []Scope{{Driver: "gpu.nvidia.com", Nodes: "not a selector=="}}); err == nil || !strings.Contains(err.Error(), "gpu.nvidia.com") {
+		t.Errorf("a bad node selector: %v, want an error naming the driver", err)
+	}
+}
+
+func TestParseScopes(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		drivers, scoped []string
+		want            []Scope
+		err             string
+	}{
+		{name: "unscoped", drivers: []string{"gpu.accel-dra.io", "npu.accel-dra.io"}, want: []Scope{{Driver: "gpu.accel-dra.io"}, {Driver: "npu.accel-dra.io"}}},
+		{
+			name: "compatibility mode", drivers: []string{"gpu.nvidia.com", "npu.accel-dra.io"}, scoped: []string{"gpu.nvidia.com=accel-dra.io/nvidia-compat=true"},
+			want: []Scope{{Driver: "gpu.nvidia.com", Nodes: "accel-dra.io/nvidia-compat=true"}, {Driver: "npu.accel-dra.io"}},
+		},
+		{name: "no selector", scoped: []string{"gpu.nvidia.com"}, err: "want DRIVER=SELECTOR"},
+		{name: "bad selector", scoped: []string{"gpu.nvidia.com=a=b=c"}, err: `--driver-on-nodes="gpu.nvidia.com=a=b=c"`},
+		{name: "nothing", err: "no driver"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseScopes(tc.drivers, tc.scoped)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("scopes %v, want %v", got, tc.want)
 			}
 		})
 	}

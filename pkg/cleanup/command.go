@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -51,12 +54,16 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		fs.StringVar(&o.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "The plugin's --registrar-dir.")
 		fs.StringVar(&o.BootIDFile, "boot-id-file", o.BootIDFile, "File holding the node's boot ID.")
 		fs.BoolVar(&o.Force, "force", false, "Remove the records and CDI specs of claims still prepared.")
+		fs.BoolVar(&o.SharedName, "nvidia-compat", false, "The plugin ran in NVIDIA's compatibility mode (its --nvidia-compat): the driver name is also NVIDIA's, whose directory <plugins>/<driver-name> and socket <driver-name>-reg.sock stay.")
 		fs.DurationVar(&o.WaitForPlugin, "wait-for-plugin", 2*time.Minute, "How long to wait for the plugin's processes on this node to end.")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if o.PluginDataDir == "" && o.DriverName != "" {
 			o.PluginDataDir = "/var/lib/kubelet/plugins/" + o.DriverName
+			if o.SharedName {
+				o.PluginDataDir += "-accel-dra"
+			}
 		}
 		switch device.Kind(kind) {
 		case device.KindGPU, device.KindNPU:
@@ -67,17 +74,22 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		_, err := Node(ctx, o)
 		return err
 	case "check":
-		var drivers []string
-		fs.StringSliceVar(&drivers, "driver-name", nil, "The release's drivers (repeatable).")
+		var drivers, scoped []string
+		fs.StringSliceVar(&drivers, "driver-name", nil, "The release's drivers (repeatable): every claim of each is the release's.")
+		fs.StringArrayVar(&scoped, "driver-on-nodes", nil, "DRIVER=SELECTOR (repeatable): a driver whose name the release shares with another driver, node by node (NVIDIA's compatibility mode); only its claims allocated on nodes that match the label selector are the release's.")
 		kube.AddFlags(fs)
 		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		scopes, err := parseScopes(drivers, scoped)
+		if err != nil {
 			return err
 		}
 		client, err := newClient(&kube)
 		if err != nil {
 			return err
 		}
-		return Check(ctx, client, drivers)
+		return Check(ctx, client, scopes)
 	case "wait":
 		var namespace string
 		var names []string
@@ -102,6 +114,30 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		_, _ = fmt.Fprint(out, usage)
 		return fmt.Errorf("unknown clean-up subcommand %q", args[0])
 	}
+}
+
+// parseScopes makes the check's scopes of its flags: a driver given both ways is scoped.
+func parseScopes(drivers, scoped []string) ([]Scope, error) {
+	var scopes []Scope
+	for _, a := range scoped {
+		d, sel, ok := strings.Cut(a, "=")
+		if !ok || d == "" || sel == "" {
+			return nil, fmt.Errorf("--driver-on-nodes=%q: want DRIVER=SELECTOR (gpu.nvidia.com=accel-dra.io/nvidia-compat=true)", a)
+		}
+		if _, err := labels.Parse(sel); err != nil {
+			return nil, fmt.Errorf("--driver-on-nodes=%q: %w", a, err)
+		}
+		scopes = append(scopes, Scope{Driver: d, Nodes: sel})
+	}
+	for _, d := range drivers {
+		if !slices.ContainsFunc(scopes, func(s Scope) bool { return s.Driver == d }) {
+			scopes = append(scopes, Scope{Driver: d})
+		}
+	}
+	if len(scopes) == 0 {
+		return nil, errors.New("no driver: give --driver-name or --driver-on-nodes")
+	}
+	return scopes, nil
 }
 
 func newClient(o *kubeclient.Options) (kubernetes.Interface, error) {

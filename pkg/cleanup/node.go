@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,12 @@ import (
 // flags, with the same defaults.
 type NodeOptions struct {
 	DriverName string
+	// SharedName says that another driver on the cluster has the same name, node by node
+	// (NVIDIA's compatibility mode: gpu.nvidia.com, docs/migrate-from-nvidia.md). That driver
+	// owns <plugins>/<driver> and <driver>-reg.sock, so the clean-up never removes either: the
+	// mode's plugin keeps its state in <driver>-accel-dra and registers under a name with its
+	// pod UID.
+	SharedName bool
 	// Kind is the kind of the driver's devices, which names its CDI specs.
 	Kind          device.Kind
 	PluginDataDir string
@@ -81,10 +88,14 @@ func Node(ctx context.Context, o NodeOptions) (*Report, error) {
 	if o.CheckpointDir == "" {
 		o.CheckpointDir = filepath.Join(o.PluginDataDir, "checkpoint")
 	}
+	if o.SharedName && filepath.Base(filepath.Clean(o.PluginDataDir)) == o.DriverName {
+		return nil, fmt.Errorf("cleanup: %s is the directory of the other driver named %s, not this plugin's (its own is %s-accel-dra); nothing was removed",
+			o.PluginDataDir, o.DriverName, filepath.Clean(o.PluginDataDir))
+	}
 	rep := &Report{}
 	if _, err := os.Stat(o.PluginDataDir); errors.Is(err, fs.ErrNotExist) {
 		logger.Info("Nothing to clean up: no plugin data directory", "dir", o.PluginDataDir)
-		return rep, removeSockets(o, rep)
+		return rep, removeSockets(ctx, o, rep)
 	}
 	if err := cleanCheckpoint(ctx, o, rep); err != nil {
 		return rep, err
@@ -96,7 +107,7 @@ func Node(ctx context.Context, o NodeOptions) (*Report, error) {
 		return rep, fmt.Errorf("removing %s: %w", o.PluginDataDir, err)
 	}
 	rep.Removed = append(rep.Removed, o.PluginDataDir)
-	if err := removeSockets(o, rep); err != nil {
+	if err := removeSockets(ctx, o, rep); err != nil {
 		return rep, err
 	}
 	logger.Info("Cleaned up", "records", rep.Records, "specs", rep.Specs, "unmounted", rep.Unmounted, "removed", rep.Removed)
@@ -215,9 +226,12 @@ func unmountAll(dir string, rep *Report) error {
 	return nil
 }
 
-// removeSockets removes the driver's registration sockets, which a plugin that did not stop
-// cleanly leaves: <driver>-reg.sock, and <driver>-<pod UID>-reg.sock of a rolling update.
-func removeSockets(o NodeOptions, rep *Report) error {
+// removeSockets removes the driver's registration sockets that a plugin which did not stop
+// cleanly left: <driver>-reg.sock, and <driver>-<pod UID>-reg.sock of a rolling update. A socket
+// that a process answers on belongs to a plugin that runs (this release's are gone by now: its
+// instances' locks are free), so it stays; with a shared name, <driver>-reg.sock is the other
+// driver's, live or not.
+func removeSockets(ctx context.Context, o NodeOptions, rep *Report) error {
 	if o.RegistrarDir == "" {
 		return nil
 	}
@@ -229,17 +243,31 @@ func removeSockets(o NodeOptions, rep *Report) error {
 		return fmt.Errorf("listing registration sockets: %w", err)
 	}
 	for _, e := range entries {
-		if !ownSocket(o.DriverName, e.Name()) {
+		n := e.Name()
+		if !ownSocket(o.DriverName, n) || (o.SharedName && n == o.DriverName+"-reg.sock") {
 			continue
 		}
-		n := e.Name()
 		p := filepath.Join(o.RegistrarDir, n)
+		if answers(p) {
+			klog.FromContext(ctx).Info("Keeping a registration socket that a process answers on", "socket", p)
+			continue
+		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		rep.Removed = append(rep.Removed, p)
 	}
 	return nil
+}
+
+// answers tells whether a process accepts connections on the unix socket p.
+func answers(p string) bool {
+	c, err := net.DialTimeout("unix", p, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
 
 // ownSocket tells whether name is one of the driver's registration sockets: <driver>-reg.sock,

@@ -3,11 +3,15 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/specs-go"
 
@@ -253,5 +257,140 @@ func TestOwnSocket(t *testing.T) {
 		if got := ownSocket(driver, name); got != want {
 			t.Errorf("ownSocket(%s) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// listen serves a unix socket at p until the test ends, as a live plugin's registration socket.
+func listen(t *testing.T, p string) {
+	t.Helper()
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+}
+
+// digest is every file under dir with its mode and content, to compare byte for byte.
+func digest(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := info.Mode().String()
+		if info.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += " " + string(b)
+		}
+		out[p] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestNodeNVIDIACompat: in NVIDIA's compatibility mode the plugin shares the driver name
+// gpu.nvidia.com with NVIDIA's driver (docs/migrate-from-nvidia.md). The clean-up removes the
+// mode's own directory (plugins/gpu.nvidia.com-accel-dra) and its own dead registration
+// sockets, and leaves NVIDIA's directory (its checkpoint.json, for a rollback), NVIDIA's
+// registration socket and NVIDIA's CDI specs as they were, byte for byte, forced or not.
+func TestNodeNVIDIACompat(t *testing.T) {
+	const nvidia = "gpu.nvidia.com"
+	for _, force := range []bool{false, true} {
+		n := newNode(t)
+		plugins := filepath.Dir(n.data)
+		n.data = filepath.Join(plugins, nvidia+"-accel-dra")
+		nvidiaDir := filepath.Join(plugins, nvidia)
+		// What NVIDIA's driver leaves for a rollback, and its plugin still serving (a node that
+		// was rolled back, or one where the clean-up was run by hand).
+		write(t, filepath.Join(nvidiaDir, "checkpoint.json"), `{"checksum":1,"v2":{"preparedClaims":{}}}`)
+		write(t, filepath.Join(n.cdiRoot, "k8s.gpu.nvidia.com-claim_abc.json"), "{}")
+		listen(t, filepath.Join(nvidiaDir, "dra.sock"))
+		if force {
+			// NVIDIA's plugin not running at that moment (restarting, or rolled back and not
+			// yet scheduled): its socket is still its own.
+			write(t, filepath.Join(n.registry, nvidia+"-reg.sock"), "")
+		} else {
+			listen(t, filepath.Join(n.registry, nvidia+"-reg.sock"))
+		}
+		// accel-dra's: records of an earlier boot, and the sockets of a plugin pod that died.
+		n.claim(t, uidA, "boot-before")
+		write(t, filepath.Join(n.registry, nvidia+"-"+podUID+"-reg.sock"), "")
+		keep := digest(t, nvidiaDir)
+		maps.Copy(keep, digest(t, n.registry))
+		delete(keep, filepath.Join(n.registry, nvidia+"-"+podUID+"-reg.sock"))
+		delete(keep, n.registry)
+		keep[filepath.Join(n.cdiRoot, "k8s.gpu.nvidia.com-claim_abc.json")] = "-rw-r--r-- {}"
+
+		o := n.options()
+		o.DriverName, o.SharedName, o.Force = nvidia, true, force
+		rep, err := Node(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rep.Records, []string{uidA}) {
+			t.Errorf("force=%v: records %v, want %v", force, rep.Records, []string{uidA})
+		}
+		got := digest(t, nvidiaDir)
+		maps.Copy(got, digest(t, n.registry))
+		delete(got, n.registry)
+		if b, err := os.ReadFile(filepath.Join(n.cdiRoot, "k8s.gpu.nvidia.com-claim_abc.json")); err == nil {
+			got[filepath.Join(n.cdiRoot, "k8s.gpu.nvidia.com-claim_abc.json")] = "-rw-r--r-- " + string(b)
+		}
+		if diff := cmp.Diff(keep, got); diff != "" {
+			t.Errorf("force=%v: NVIDIA's directory, sockets or specs changed (-before +after):\n%s", force, diff)
+		}
+		if _, err := os.Stat(n.data); !os.IsNotExist(err) {
+			t.Errorf("force=%v: the mode's own directory %s is still there (%v)", force, n.data, err)
+		}
+	}
+}
+
+// TestNodeRefusesForeignDirectory: with a shared driver name the data directory named after
+// the driver is the other driver's: a clean-up told to remove it (a hand-written command,
+// an old chart) refuses and removes nothing.
+func TestNodeRefusesForeignDirectory(t *testing.T) {
+	n := newNode(t)
+	nvidiaDir := filepath.Join(filepath.Dir(n.data), "gpu.nvidia.com")
+	write(t, filepath.Join(nvidiaDir, "checkpoint.json"), "{}")
+	before := n.files(t)
+	o := n.options()
+	o.DriverName, o.SharedName, o.PluginDataDir, o.Force = "gpu.nvidia.com", true, nvidiaDir, true
+	_, err := Node(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "gpu.nvidia.com-accel-dra") {
+		t.Fatalf("error %v, want a refusal pointing to the mode's own directory", err)
+	}
+	if after := n.files(t); !slices.Equal(after, before) {
+		t.Errorf("the refusal changed the node:\nbefore %q\nafter  %q", before, after)
+	}
+}
+
+// TestNodeKeepsLiveSockets: a registration socket that a process answers on belongs to a plugin
+// that runs (the clean-up runs once the release's plugins are gone): it stays, in every mode.
+func TestNodeKeepsLiveSockets(t *testing.T) {
+	n := newNode(t)
+	live := filepath.Join(n.registry, driver+"-reg.sock")
+	dead := filepath.Join(n.registry, driver+"-"+podUID+"-reg.sock")
+	listen(t, live)
+	write(t, dead, "")
+	rep, err := Node(context.Background(), n.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the live socket went: %v (removed %v)", err, rep.Removed)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead socket is still there: %v", err)
 	}
 }

@@ -195,6 +195,44 @@ maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString
 {{- end }}
 
 {{/*
+The label that hands a node over to the plugin in NVIDIA's compatibility mode ("" when the mode
+is off or the label is turned off); same arguments as backend.
+*/}}
+{{- define "accel-dra.compatNodeLabel" -}}
+{{- if and (eq .key "gpu") (dig "compat" "nvidia" false .driver) }}
+{{- dig "compat" "nodeLabel" "" .driver }}
+{{- end }}
+{{- end }}
+
+{{/*
+A driver's plugin nodeSelector, as YAML ("" for none); same arguments as backend. In NVIDIA's
+compatibility mode only the nodes labelled as handed over, so that the plugin never runs beside
+NVIDIA's under the same driver name (docs/migrate-from-nvidia.md). A nodeSelector is ANDed with
+the node affinity, so the node-affinity labels still apply. The uninstall's node clean-up runs on
+the same nodes.
+*/}}
+{{- define "accel-dra.pluginNodeSelector" -}}
+{{- $nodeSelector := ternary .root.Values.mock.nodeSelector .driver.nodeSelector (eq .root.Values.mock.enabled true) }}
+{{- with (include "accel-dra.compatNodeLabel" .) }}
+{{- $nodeSelector = merge (dict . "true") (deepCopy ($nodeSelector | default dict)) }}
+{{- end }}
+{{- with $nodeSelector }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/*
+A driver's plugin data directory; same arguments as backend. In NVIDIA's compatibility mode not
+NVIDIA's own directory (plugins/gpu.nvidia.com): its checkpoint stays as NVIDIA's driver left
+it, for a rollback, and the uninstall's clean-up never touches it.
+*/}}
+{{- define "accel-dra.pluginDataDir" -}}
+{{- $dir := printf "%s/plugins/%s" (trimSuffix "/" .root.Values.plugin.kubeletRootDir) .driver.driverName }}
+{{- if and (eq .key "gpu") (dig "compat" "nvidia" false .driver) }}
+{{- $dir = printf "%s-accel-dra" $dir }}
+{{- end }}
+{{- $dir }}
+{{- end }}
+
+{{/*
 The NVIDIA compatibility mode (drivers.gpu.compat.nvidia, docs/migrate-from-nvidia.md) sets the
 GPU driver's names to NVIDIA's in the values themselves, so that every template that reads the
 driver name, the class names or the extended resource sees the same ones. Arguments: a dict
