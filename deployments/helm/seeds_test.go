@@ -283,3 +283,54 @@ func TestSeedSchemaRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestSeedsNVIDIACompat: in NVIDIA's compatibility mode the GPU nodes publish as
+// gpu.nvidia.com with NVIDIA's attributes, so a seed generated for a group of them must too:
+// its init container runs generate-template with --nvidia-compat, unless the seed names its
+// driver, and an NPU seed of the same release stays npu.accel-dra.io.
+func TestSeedsNVIDIACompat(t *testing.T) {
+	seeds := []any{
+		map[string]any{"name": "gpu-h100", "profile": "h100-8x-2numa", "cpu": "96", "memory": "1000Gi"},
+		map[string]any{"name": "npu-910b", "profile": "ascend910b-8x", "cpu": "96", "memory": "1000Gi"},
+		map[string]any{"name": "named", "profile": "h100-8x-2numa", "driverName": "gpu.example.com", "cpu": "96", "memory": "1000Gi"},
+	}
+	want := map[string]string{"seed-gpu-h100": "gpu.nvidia.com", "seed-npu-910b": nodeplugin.NPUDriverName, "seed-named": "gpu.example.com"}
+	r, err := render(Options{Values: mergeValues(nvidiaCompat, map[string]any{"publisher": map[string]any{"enabled": true, "seeds": seeds}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := r.PublisherDeployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := toTyped[appsv1.Deployment](t, u).Spec.Template.Spec
+	if len(spec.InitContainers) != len(seeds) {
+		t.Fatalf("%d init containers, want %d", len(spec.InitContainers), len(seeds))
+	}
+	for _, c := range spec.InitContainers {
+		var args []string
+		for _, a := range c.Args[1:] {
+			if !strings.HasPrefix(a, "--output=") {
+				args = append(args, a)
+			}
+		}
+		var doc strings.Builder
+		if err := nodeplugin.RunGenerate(context.Background(), args, &doc); err != nil {
+			t.Fatalf("%s: generate-template %q: %v", c.Name, args, err)
+		}
+		var tmpl struct {
+			Drivers []struct {
+				Name    string `json:"name"`
+				Devices []struct {
+					Attributes map[string]any `json:"attributes"`
+				} `json:"devices"`
+			} `json:"drivers"`
+		}
+		if err := yaml.Unmarshal([]byte(doc.String()), &tmpl); err != nil {
+			t.Fatal(err)
+		}
+		if len(tmpl.Drivers) != 1 || tmpl.Drivers[0].Name != want[c.Name] {
+			t.Errorf("%s (args %q): template drivers %+v, want %s", c.Name, args, tmpl.Drivers, want[c.Name])
+		}
+	}
+}

@@ -273,11 +273,11 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 
 // HealthyResources is what a driver with opts publishes while all its devices are healthy:
 // Resources without health taints, from the fields of opts that shape the slices (Inventory,
-// NodeName, ConsumableMemory) and nothing else. The template generator (pkg/nodeplugin,
+// NodeName, ConsumableMemory, Attributes) and nothing else. The template generator (pkg/nodeplugin,
 // GenerateSlices) builds a node group's seed with it, so that a seed is made by the code that
 // makes the node's slices.
 func HealthyResources(opts Options) resourceslice.DriverResources {
-	return slices.Build(opts.Inventory, opts.NodeName, shareOptions(&opts)...).Resources
+	return slices.Build(opts.Inventory, opts.NodeName, append(shareOptions(&opts), slices.WithAttributes(opts.Attributes))...).Resources
 }
 
 // PreparedClaims returns the UIDs of the claims prepared on this node (by any instance) as this

@@ -35,9 +35,11 @@ const GenerateNodeName = "generated"
 
 // GenerateSlices returns the ResourceSlices the plugin run with o would publish on a node of
 // the shape o declares: a mock profile (--backend=mock or npu-mock, --mock-profile) and the
-// options that change what is published (--dynamic-mig, --consumable-memory, --driver-name).
+// options that change what is published (--dynamic-mig, --consumable-memory, --driver-name,
+// --nvidia-compat).
 // It takes the plugin's own path from the backend to the slices (Run: backend.New, Enumerate,
-// the dynamic-MIG model, driver.HealthyResources), so that a seed is what a node of that shape
+// the dynamic-MIG model, driver.HealthyResources, NVIDIA's attributes in the compatibility
+// mode), so that a seed is what a node of that shape
 // publishes and not a transcription of it; the one step that is not the plugin's is the
 // kubelet plugin helper's, which puts the slices into ResourceSlice objects (sliceObjects).
 // Devices are healthy: a new node's are, and templates drop device taints anyway.
@@ -53,6 +55,11 @@ func GenerateSlices(ctx context.Context, o *Options) ([]resourceapi.ResourceSlic
 		default:
 			o.Backend = backend.Mock
 		}
+	}
+	if o.Backend == backend.NPUMock {
+		// --nvidia-compat is the release's GPU driver's mode (the chart passes it to every seed
+		// of such a release); the release's NPU plugin runs without it.
+		o.NVIDIACompat = false
 	}
 	if o.Backend != backend.Mock && o.Backend != backend.NPUMock {
 		return nil, fmt.Errorf("generating a template needs a mock backend (%s or %s) whose profile declares the node, not %q: the publisher mirrors the slices of a real node's backend", backend.Mock, backend.NPUMock, o.Backend)
@@ -89,7 +96,7 @@ func GenerateSlices(ctx context.Context, o *Options) ([]resourceapi.ResourceSlic
 			return nil, fmt.Errorf("dynamic MIG: %w", err)
 		}
 	}
-	res := driver.HealthyResources(driver.Options{DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv, ConsumableMemory: o.ConsumableMemory})
+	res := driver.HealthyResources(driver.Options{DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv, ConsumableMemory: o.ConsumableMemory, Attributes: o.attributes()})
 	return sliceObjects(o.DriverName, o.NodeName, res.Pools), nil
 }
 
@@ -137,7 +144,7 @@ func GenerateTemplate(ctx context.Context, o *Options, opts template.BuildOption
 
 // RunGenerate implements `accel-dra-kubelet-plugin generate-template [flags]`: the plugin's
 // own flags declare the node (--backend, --mock-profile, --dynamic-mig, --consumable-memory,
-// --driver-name; the others are accepted and change nothing published), and
+// --driver-name, --nvidia-compat; the others are accepted and change nothing published), and
 // --identity-attributes are the publisher's. It writes the template document
 // (template.accel-dra.io/v1alpha1 NodeGroupTemplate, as `accelctl template show -o template`
 // prints it), the "template:" of a NodeGroupSeed; `accelctl template generate` runs it.

@@ -57,3 +57,37 @@ func TestRunGenerate(t *testing.T) {
 		t.Errorf("--output wrote %q (%v) and %q to standard output, want %q and nothing", got, err, none.String(), out.String())
 	}
 }
+
+// TestGenerateNVIDIACompat: a seed of a node in NVIDIA's compatibility mode is what that node
+// publishes: NVIDIA's driver name and NVIDIA's attributes beside accel-dra's. The flag is the
+// release's GPU driver's mode: an NPU profile given it is unaffected, as the NPU plugin of
+// such a release is.
+func TestGenerateNVIDIACompat(t *testing.T) {
+	for _, tc := range []struct {
+		profile, driver string
+		brand           bool
+	}{
+		{profile: "h100-8x-2numa", driver: "gpu.nvidia.com", brand: true},
+		{profile: "mig-mixed", driver: "gpu.nvidia.com", brand: true},
+		{profile: "ascend910b-8x", driver: NPUDriverName},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := RunGenerate(context.Background(), []string{"--mock-profile=" + tc.profile, "--nvidia-compat"}, &out); err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := template.DecodeDocument(out.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tmpl.Drivers) != 1 || tmpl.Drivers[0].Name != tc.driver || len(tmpl.Drivers[0].Devices) == 0 {
+				t.Fatalf("drivers %+v, want one of %s", tmpl.Drivers, tc.driver)
+			}
+			for _, d := range tmpl.Drivers[0].Devices {
+				if _, ok := d.Attributes["brand"]; ok != tc.brand {
+					t.Errorf("device %s: NVIDIA's attribute brand %v, want %v", d.Name, ok, tc.brand)
+				}
+			}
+		})
+	}
+}
