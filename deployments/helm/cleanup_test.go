@@ -210,7 +210,8 @@ func flagOf(args []string, name string) string {
 }
 
 // TestPublisherCleanupHook: with the publisher, a post-delete Job runs its binary's cleanup,
-// which may only list and patch node groups, where the publisher watched them.
+// which may only list and patch node groups (MachineDeployments, MachineSets, MachinePools),
+// where the publisher watched them.
 func TestPublisherCleanupHook(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -241,7 +242,7 @@ func TestPublisherCleanupHook(t *testing.T) {
 				t.Errorf("%s in namespace %q, want %q", tc.roleKind, role.GetNamespace(), tc.namespace)
 			}
 			rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
-			want := []any{map[string]any{"apiGroups": []any{"cluster.x-k8s.io"}, "resources": []any{"machinedeployments", "machinesets"}, "verbs": []any{"list", "patch"}}}
+			want := []any{map[string]any{"apiGroups": []any{"cluster.x-k8s.io"}, "resources": []any{"machinedeployments", "machinesets", "machinepools"}, "verbs": []any{"list", "patch"}}}
 			if !cmp.Equal(rules, want) {
 				t.Errorf("rules %v, want %v", rules, want)
 			}

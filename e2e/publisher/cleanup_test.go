@@ -22,8 +22,8 @@ import (
 
 // TestUninstallRemovesAnnotations: the uninstall's clean-up (pkg/cleanup/annotations) against a
 // real API server's server-side apply: the keys the publisher's field manager applied go, from
-// MachineDeployments and MachineSets, and an operator's annotations, on the same object and on
-// one the publisher never wrote, stay.
+// MachineDeployments, MachineSets and MachinePools (node groups the publisher writes too), and
+// an operator's annotations, on the same object and on one the publisher never wrote, stay.
 func TestUninstallRemovesAnnotations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -57,19 +57,27 @@ func TestUninstallRemovesAnnotations(t *testing.T) {
 	published := map[string]string{nodegroup.GPUCountKey: "8", nodegroup.DRADriverKey: "gpu.accel-dra.io", nodegroup.SourceAnnotation: nodegroup.SourceNodes}
 	apply(written.MD, "MachineDeployment", published)
 	apply(written.MS, "MachineSet", map[string]string{nodegroup.GPUCountKey: "8"})
+	pool, err := framework.CreateMachinePool(ctx, cl, "pool", map[string]string{"example.com/owner": "team-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(pool.MP, "MachinePool", published)
 
 	changed, err := annotations.Remove(ctx, cl, "", publisher.FieldManager)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"MachineDeployment/" + framework.CAPINamespace + "/written", "MachineSet/" + framework.CAPINamespace + "/written-abcde"}
+	want := []string{"MachineDeployment/" + framework.CAPINamespace + "/written", "MachineSet/" + framework.CAPINamespace + "/written-abcde", "MachinePool/" + framework.CAPINamespace + "/pool"}
 	if !slices.Equal(changed, want) {
 		t.Errorf("changed %v, want %v", changed, want)
 	}
-	for _, o := range []client.Object{&clusterv1.MachineDeployment{}, &clusterv1.MachineSet{}} {
+	for _, o := range []client.Object{&clusterv1.MachineDeployment{}, &clusterv1.MachineSet{}, &clusterv1.MachinePool{}} {
 		key := client.ObjectKeyFromObject(written.MD)
-		if _, ms := o.(*clusterv1.MachineSet); ms {
+		switch o.(type) {
+		case *clusterv1.MachineSet:
 			key = client.ObjectKeyFromObject(written.MS)
+		case *clusterv1.MachinePool:
+			key = client.ObjectKeyFromObject(pool.MP)
 		}
 		if err := cl.Get(ctx, key, o); err != nil {
 			t.Fatal(err)
@@ -86,6 +94,13 @@ func TestUninstallRemovesAnnotations(t *testing.T) {
 	}
 	if got.Annotations["example.com/owner"] != "team-a" {
 		t.Errorf("the operator's annotation went with the publisher's: %v", got.Annotations)
+	}
+	var gotPool clusterv1.MachinePool
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(pool.MP), &gotPool); err != nil {
+		t.Fatal(err)
+	}
+	if gotPool.Annotations["example.com/owner"] != "team-c" {
+		t.Errorf("the operator's annotation on the MachinePool went with the publisher's: %v", gotPool.Annotations)
 	}
 	var md clusterv1.MachineDeployment
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(untouched.MD), &md); err != nil {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,8 +24,10 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/kubeclient"
 )
 
-// Remove removes what fieldManager applied to the MachineDeployments and MachineSets in
-// namespace (all namespaces when empty) and returns the objects it changed, as kind/ns/name.
+// Remove removes what fieldManager applied to the MachineDeployments, MachineSets and
+// MachinePools in namespace (all namespaces when empty) and returns the objects it changed, as
+// kind/ns/name. MachinePools are optional in Cluster API (its MachinePool feature): where the
+// API server does not serve them there are none to clean.
 func Remove(ctx context.Context, c client.Client, namespace, fieldManager string) ([]string, error) {
 	logger := klog.FromContext(ctx)
 	var mds clusterv1.MachineDeploymentList
@@ -35,6 +38,10 @@ func Remove(ctx context.Context, c client.Client, namespace, fieldManager string
 	if err := c.List(ctx, &mss, client.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing MachineSets: %w", err)
 	}
+	var mps clusterv1.MachinePoolList
+	if err := c.List(ctx, &mps, client.InNamespace(namespace)); err != nil && !apimeta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("listing MachinePools: %w", err)
+	}
 	var objs []client.Object
 	for i := range mds.Items {
 		objs = append(objs, &mds.Items[i])
@@ -42,14 +49,20 @@ func Remove(ctx context.Context, c client.Client, namespace, fieldManager string
 	for i := range mss.Items {
 		objs = append(objs, &mss.Items[i])
 	}
+	for i := range mps.Items {
+		objs = append(objs, &mps.Items[i])
+	}
 	var changed []string
 	for _, o := range objs {
 		if !applied(o.GetManagedFields(), fieldManager) {
 			continue
 		}
 		kind := "MachineDeployment"
-		if _, ok := o.(*clusterv1.MachineSet); ok {
+		switch o.(type) {
+		case *clusterv1.MachineSet:
 			kind = "MachineSet"
+		case *clusterv1.MachinePool:
+			kind = "MachinePool"
 		}
 		body, err := json.Marshal(map[string]any{
 			"apiVersion": clusterv1.GroupVersion.String(),
