@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -17,7 +18,7 @@ import (
 // FieldManager is the server-side apply field manager of `accelctl template seed`.
 const FieldManager = "accelctl"
 
-// Group is a node group object: a MachineDeployment or a MachineSet.
+// Group is a node group object: a MachineDeployment, a MachineSet or a MachinePool.
 type Group struct {
 	Kind, Namespace, Name string
 	UID                   types.UID
@@ -29,14 +30,21 @@ func (g *Group) String() string { return g.Kind + " " + g.Namespace + "/" + g.Na
 // Cluster is the API access accelctl needs; tests use a fake.
 type Cluster interface {
 	// GetGroup finds a node group by reference: "<name>" (a MachineDeployment, else a
-	// MachineSet), "machinedeployment/<name>" or "machineset/<name>" (also md/, ms/).
+	// MachineSet, else a MachinePool), "machinedeployment/<name>", "machineset/<name>" or
+	// "machinepool/<name>" (also md/, ms/, mp/).
 	GetGroup(ctx context.Context, namespace, ref string) (*Group, error)
-	// ListGroups lists the MachineDeployments and MachineSets of a namespace ("" for all).
+	// ListGroups lists the MachineDeployments, MachineSets and MachinePools of a namespace
+	// ("" for all).
 	ListGroups(ctx context.Context, namespace string) ([]*Group, error)
 	DeviceClasses(ctx context.Context) ([]*resourceapi.DeviceClass, error)
 	// ApplyAnnotations sets annotations on the group with server-side apply.
 	ApplyAnnotations(ctx context.Context, g *Group, ann map[string]string) error
 }
+
+const machinePool = "MachinePool"
+
+// groupKinds are the kinds of node groups, in the order a bare name is looked up.
+var groupKinds = []string{"MachineDeployment", "MachineSet", machinePool}
 
 // apiCluster is Cluster on a controller-runtime client; groups are read as metadata only, so
 // any served Cluster API version works.
@@ -46,7 +54,7 @@ type apiCluster struct{ c client.Client }
 func NewCluster(c client.Client) Cluster { return apiCluster{c} }
 
 func (a apiCluster) GetGroup(ctx context.Context, namespace, ref string) (*Group, error) {
-	kinds := []string{"MachineDeployment", "MachineSet"}
+	kinds := groupKinds
 	name := ref
 	if k, n, ok := strings.Cut(ref, "/"); ok {
 		name = n
@@ -54,16 +62,20 @@ func (a apiCluster) GetGroup(ctx context.Context, namespace, ref string) (*Group
 		case "machinedeployment", "machinedeployments", "md":
 			kinds = kinds[:1]
 		case "machineset", "machinesets", "ms":
-			kinds = kinds[1:]
+			kinds = kinds[1:2]
+		case "machinepool", "machinepools", "mp":
+			kinds = kinds[2:]
 		default:
-			return nil, fmt.Errorf("node group %q: kind %q is not machinedeployment or machineset", ref, k)
+			return nil, fmt.Errorf("node group %q: kind %q is not machinedeployment, machineset or machinepool", ref, k)
 		}
 	}
 	for _, kind := range kinds {
 		obj := &metav1.PartialObjectMetadata{}
 		obj.SetGroupVersionKind(clusterv1.GroupVersion.WithKind(kind))
 		err := a.c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, obj)
-		if apierrors.IsNotFound(err) {
+		// MachinePools are optional in Cluster API (its MachinePool feature): a cluster that
+		// does not serve them has none.
+		if apierrors.IsNotFound(err) || kind == machinePool && apimeta.IsNoMatchError(err) {
 			continue
 		}
 		if err != nil {
@@ -76,10 +88,14 @@ func (a apiCluster) GetGroup(ctx context.Context, namespace, ref string) (*Group
 
 func (a apiCluster) ListGroups(ctx context.Context, namespace string) ([]*Group, error) {
 	var out []*Group
-	for _, kind := range []string{"MachineDeployment", "MachineSet"} {
+	for _, kind := range groupKinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(clusterv1.GroupVersion.WithKind(kind + "List"))
-		if err := a.c.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		err := a.c.List(ctx, list, client.InNamespace(namespace))
+		if kind == machinePool && apimeta.IsNoMatchError(err) {
+			continue
+		}
+		if err != nil {
 			return nil, fmt.Errorf("listing %ss: %w", kind, err)
 		}
 		for _, o := range list.Items {

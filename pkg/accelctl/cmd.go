@@ -61,7 +61,7 @@ func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
 	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
 
-	tmpl := &cobra.Command{Use: "template", Short: "Node group templates on MachineDeployments and MachineSets"}
+	tmpl := &cobra.Command{Use: "template", Short: "Node group templates on MachineDeployments, MachineSets and MachinePools"}
 	tmpl.AddCommand(newShowCommand(o, streams), newListCommand(o, streams), newSeedCommand(o, streams), newGenerateCommand(streams))
 	root.AddCommand(tmpl, newSimulateCommand(o, streams), newVersionCommand(streams))
 	return root
@@ -110,10 +110,10 @@ func newShowCommand(o *rootOptions, streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show GROUP",
 		Short: "Print a node group's template as the ResourceSlices of a template node",
-		Long: `Decodes the template.accel-dra.io annotations of a MachineDeployment (or MachineSet) and prints
+		Long: `Decodes the template.accel-dra.io annotations of a MachineDeployment (MachineSet, MachinePool) and prints
 the ResourceSlices an autoscaler would give a new node of the group, preceded by the group's
 capacity.cluster-autoscaler.kubernetes.io keys as comments. GROUP is <name>,
-machinedeployment/<name> or machineset/<name>.
+machinedeployment/<name>, machineset/<name> or machinepool/<name>.
 
 Output formats: yaml (default), json (a List of ResourceSlices), template (the template
 document, usable as "template:" of a NodeGroupSeed), annotations (all the group's publisher keys).`,
@@ -208,8 +208,8 @@ func newSeedCommand(o *rootOptions, streams IOStreams) *cobra.Command {
 		Use:   "seed GROUP -f SEED",
 		Short: "Give a node group that never had a node a template from a NodeGroupSeed file",
 		Long: `Writes the template and capacity annotations of a NodeGroupSeed (apiVersion
-templateconfig.accel-dra.io/v1alpha1, see docs/template-publisher.md) onto a MachineDeployment or
-MachineSet, with template.accel-dra.io/source=seed. The publisher replaces them as soon as the
+templateconfig.accel-dra.io/v1alpha1, see docs/template-publisher.md) onto a MachineDeployment,
+MachineSet or MachinePool, with template.accel-dra.io/source=seed. The publisher replaces them as soon as the
 group has nodes. A group whose template came from its own nodes is refused unless --force.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -293,7 +293,7 @@ The report is printed in every case but 1.`,
 			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output, verdict, timeout)
 		},
 	}
-	cmd.Flags().StringVar(&group, "node-group", "", "Node group: <name>, machinedeployment/<name> or machineset/<name>.")
+	cmd.Flags().StringVar(&group, "node-group", "", "Node group: <name>, machinedeployment/<name>, machineset/<name> or machinepool/<name>.")
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "File with the claims (- for standard input).")
 	cmd.Flags().StringVar(&classesFile, "device-classes", "", "File with DeviceClasses to use instead of the cluster's.")
 	cmd.Flags().StringVar(&annotationsFile, "annotations", "", "File with the group's annotations to use instead of the cluster's.")

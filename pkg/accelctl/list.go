@@ -27,7 +27,7 @@ func newListCommand(o *rootOptions, streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the node groups that have a template",
-		Long: `Lists the MachineDeployments and MachineSets of a namespace (or of all, with -A) that carry
+		Long: `Lists the MachineDeployments, MachineSets and MachinePools of a namespace (or of all, with -A) that carry
 template.accel-dra.io annotations, ordered by namespace, kind and name.
 
 Output formats: a table (default), wide (the table with the template's drivers, CPU and memory
