@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,12 @@ func moduleRoot(t *testing.T) string {
 // devices; extra values go to helm. Cleanup deletes the cluster and its network and checks
 // that nothing of it is left and that the machine's kernel settings did not move.
 func newEnv(ctx context.Context, t *testing.T, helmArgs ...string) *env {
+	return newEnvWorkers(ctx, t, 0, helmArgs...)
+}
+
+// newEnvWorkers is newEnv with worker nodes beside the control plane (<name>-worker,
+// <name>-worker2, ...); e.node stays the control plane.
+func newEnvWorkers(ctx context.Context, t *testing.T, workers int, helmArgs ...string) *env {
 	requireDocker(t)
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
@@ -112,7 +119,7 @@ func newEnv(ctx context.Context, t *testing.T, helmArgs ...string) *env {
 
 	start := time.Now()
 	e.runEnv(ctx, []string{
-		"KIND_CLUSTER_NAME=" + e.name, "KIND_WORKERS=0", "KUBECONFIG=" + e.kubeconfig, "IMAGE_TAG=e2e",
+		"KIND_CLUSTER_NAME=" + e.name, "KIND_WORKERS=" + strconv.Itoa(workers), "KUBECONFIG=" + e.kubeconfig, "IMAGE_TAG=e2e",
 		// A network of the test's own, which it removes: kind never removes the one it makes.
 		"KIND_EXPERIMENTAL_DOCKER_NETWORK=" + e.network,
 		"HELM_EXTRA_ARGS=" + strings.Join(helmArgs, " "),
