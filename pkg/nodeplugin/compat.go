@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -72,13 +73,27 @@ func (o *Options) attributes() slices.AttributeFunc {
 	return nvidia.Attributes
 }
 
-// nvidiaPluginGone refuses to start the compatibility mode on a node where another plugin is
-// registered as NVIDIA's driver and answers: NVIDIA's own, which registers at
-// <registrar dir>/gpu.nvidia.com-reg.sock (this plugin, run by the chart, registers under a
-// name with its pod UID). Two plugins of one driver name would each be handed the other's
-// claims. A socket nobody answers on is what a plugin that went left behind, and is no obstacle.
+// ReasonNVIDIADriverServes is the reason of the Node event of nvidiaPluginGone's refusal.
+const ReasonNVIDIADriverServes = "NVIDIADriverServesGPUs"
+
+// eventsClient is an API client for a refusal's event, before the plugin has its own.
+func (o *Options) eventsClient() (kubernetes.Interface, error) {
+	cfg, err := o.Kube.RESTConfig("accel-dra-kubelet-plugin/" + o.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// nvidiaPluginGone refuses to start a GPU plugin on a node where NVIDIA's DRA driver is
+// registered and answers (at <registrar dir>/gpu.nvidia.com-reg.sock; this plugin, run by the
+// chart, registers under a name with its pod UID). In the compatibility mode two plugins of one
+// driver name would each be handed the other's claims; under accel-dra's own name every GPU
+// would be published twice, and a claim of either driver could get a GPU the other gave away.
+// A socket nobody answers on is what a plugin that went left behind, and is no obstacle. An NPU
+// plugin has no GPUs to collide on.
 func (o *Options) nvidiaPluginGone(ctx context.Context) error {
-	if !o.NVIDIACompat {
+	if o.Backend == "npu" || o.Backend == "npu-mock" {
 		return nil
 	}
 	socket := filepath.Join(o.RegistrarDir, nvidia.DriverName+"-reg.sock")
@@ -95,5 +110,8 @@ func (o *Options) nvidiaPluginGone(ctx context.Context) error {
 		klog.FromContext(ctx).Info("Registration socket of the driver name does not answer: left behind, ignored", "socket", socket, "err", err)
 		return nil
 	}
-	return fmt.Errorf("another kubelet plugin serves driver %s on this node (%s answers for %q): NVIDIA's DRA driver must leave the node before accel-dra serves under its name (docs/migrate-from-nvidia.md)", nvidia.DriverName, socket, info.Name)
+	if o.NVIDIACompat || o.DriverName == nvidia.DriverName {
+		return fmt.Errorf("another kubelet plugin serves driver %s on this node (%s answers for %q): NVIDIA's DRA driver must leave the node before accel-dra serves under its name (docs/migrate-from-nvidia.md)", nvidia.DriverName, socket, info.Name)
+	}
+	return fmt.Errorf("NVIDIA's DRA driver serves this node's GPUs (%s answers for %q): accel-dra's %s would publish each of them a second time, and a claim of either driver could get a GPU the other gave away; move the node over first (drain it and keep NVIDIA's kubelet plugin off it, docs/migrate-from-nvidia.md), or keep accel-dra's GPU plugin off the node (drivers.gpu.nodeSelector)", socket, info.Name, o.DriverName)
 }

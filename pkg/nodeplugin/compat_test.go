@@ -108,11 +108,19 @@ func TestNVIDIAPluginGone(t *testing.T) {
 	if err := o.nvidiaPluginGone(context.Background()); err == nil || err.Error() != want {
 		t.Errorf("NVIDIA's plugin answers: %v\nwant %s", err, want)
 	}
-	o.NVIDIACompat = false
-	if err := o.nvidiaPluginGone(context.Background()); err != nil {
-		t.Errorf("without the compatibility mode: %v", err)
+	// Without the mode, under accel-dra's own name: NVIDIA's driver serves the node's GPUs, and
+	// publishing them again would hand each GPU out twice.
+	o.NVIDIACompat, o.DriverName = false, GPUDriverName
+	want = fmt.Sprintf(`NVIDIA's DRA driver serves this node's GPUs (%s answers for "gpu.nvidia.com"): accel-dra's gpu.accel-dra.io would publish each of them a second time, and a claim of either driver could get a GPU the other gave away; move the node over first (drain it and keep NVIDIA's kubelet plugin off it, docs/migrate-from-nvidia.md), or keep accel-dra's GPU plugin off the node (drivers.gpu.nodeSelector)`, socket)
+	if err := o.nvidiaPluginGone(context.Background()); err == nil || err.Error() != want {
+		t.Errorf("NVIDIA's plugin answers, accel-dra's own name: %v\nwant %s", err, want)
 	}
-	o.NVIDIACompat = true
+	// An NPU plugin has no GPUs to hand out twice.
+	o.Backend, o.DriverName = "npu", NPUDriverName
+	if err := o.nvidiaPluginGone(context.Background()); err != nil {
+		t.Errorf("an NPU plugin beside NVIDIA's: %v", err)
+	}
+	o.Backend, o.NVIDIACompat, o.DriverName = "nvml", true, ""
 
 	// The plugin went; its socket file stays, as after a crash.
 	srv.Stop()

@@ -3,6 +3,7 @@ package nodeplugin
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -83,4 +84,30 @@ func validEventsNamespace(ns string) error {
 		}
 	}
 	return fmt.Errorf("--events-namespace=%q: events about a Node can be stored only in %v (the API server refuses others)", ns, EventsNamespaces)
+}
+
+// recordNodeWarning creates one Warning event about the Node directly, not through the
+// recorder, whose queue an exit right after would cut short: for a refusal that ends the
+// process. events.k8s.io/v1, as the recorder writes them: the chart grants only that API, in
+// the events namespace. A failure to record is logged; the refusal stands.
+func recordNodeWarning(ctx context.Context, kube kubernetes.Interface, namespace, nodeName, driverName, reason, note string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ev := &eventsv1.Event{
+		// events.k8s.io refuses a generateName ending in "."; this is the name client-go's
+		// recorder gives.
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", nodeName, time.Now().UnixNano()), Namespace: namespace},
+		// A Node's UID in the events of the kubelet and of this plugin's recorder is its name.
+		Regarding:           corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName), APIVersion: "v1"},
+		Reason:              reason,
+		Action:              reason,
+		Note:                note,
+		Type:                corev1.EventTypeWarning,
+		EventTime:           metav1.NewMicroTime(time.Now()),
+		ReportingController: driverName,
+		ReportingInstance:   driverName + "-" + nodeName,
+	}
+	if _, err := kube.EventsV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording a refusal on the Node", "namespace", namespace, "reason", reason)
+	}
 }

@@ -111,3 +111,27 @@ func TestEventsNamespaceOption(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNodeWarning: a refusal that ends the process (NVIDIA's driver on the node, a
+// dropped field) is one Warning event about the Node, stored in the events namespace as the
+// API server accepts it, with the refusal's message as its note.
+func TestRecordNodeWarning(t *testing.T) {
+	for _, ns := range EventsNamespaces {
+		kube := fake.NewClientset()
+		refuseLikeAPIServer(kube)
+		msg := "NVIDIA's DRA driver serves this node's GPUs (...)"
+		recordNodeWarning(context.Background(), kube, ns, "node-a", "gpu.accel-dra.io", ReasonNVIDIADriverServes, msg)
+		list, err := kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 {
+			t.Fatalf("namespace %s: %d events, want 1", ns, len(list.Items))
+		}
+		ev := list.Items[0]
+		if ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonNVIDIADriverServes || ev.Note != msg ||
+			ev.Regarding.Kind != "Node" || ev.Regarding.Name != "node-a" || ev.ReportingController != "gpu.accel-dra.io" {
+			t.Errorf("namespace %s: event %+v", ns, ev)
+		}
+	}
+}

@@ -9,12 +9,9 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -193,25 +190,7 @@ func (g *gateCheck) refuse(ctx context.Context, err *serverfeatures.DroppedError
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	// events.k8s.io/v1, as the plugin's recorder writes them (events.go): the chart grants
-	// only that API, in the events namespace.
-	ev := &eventsv1.Event{
-		// events.k8s.io refuses a generateName ending in "."; this is the name client-go's
-		// recorder gives.
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", g.nodeName, time.Now().UnixNano()), Namespace: g.eventsNamespace},
-		// A Node's UID in the events of the kubelet and of this plugin's recorder is its name.
-		Regarding:           corev1.ObjectReference{Kind: "Node", Name: g.nodeName, UID: types.UID(g.nodeName), APIVersion: "v1"},
-		Reason:              ReasonFieldsDropped,
-		Action:              ReasonFieldsDropped,
-		Note:                err.Error(),
-		Type:                corev1.EventTypeWarning,
-		EventTime:           metav1.NewMicroTime(time.Now()),
-		ReportingController: g.driverName,
-		ReportingInstance:   g.driverName + "-" + g.nodeName,
-	}
-	if _, cerr := g.kube.EventsV1().Events(g.eventsNamespace).Create(ctx, ev, metav1.CreateOptions{}); cerr != nil {
-		logger.Error(cerr, "Recording the refusal on the Node", "namespace", g.eventsNamespace)
-	}
+	recordNodeWarning(ctx, g.kube, g.eventsNamespace, g.nodeName, g.driverName, ReasonFieldsDropped, err.Error())
 	if !withdraw {
 		return
 	}

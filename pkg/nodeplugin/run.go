@@ -43,8 +43,12 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
-	// Before anything touches the node: never beside NVIDIA's plugin under its name (compat.go).
+	// Before anything touches the node: never beside NVIDIA's DRA driver on its GPUs
+	// (compat.go). The refusal ends the process; the pod's status and a Node event say why.
 	if err := o.nvidiaPluginGone(ctx); err != nil {
+		if kube, kerr := o.eventsClient(); kerr == nil {
+			recordNodeWarning(ctx, kube, o.EventsNamespace, o.NodeName, o.DriverName, ReasonNVIDIADriverServes, err.Error())
+		}
 		return err
 	}
 	// A refusal (gates.go) ends the background work as a signal does.
