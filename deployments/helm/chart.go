@@ -61,6 +61,10 @@ type Options struct {
 	// KubeVersion is .Capabilities.KubeVersion; default DefaultKubeVersion. The chart's
 	// kubeVersion constraint is checked against it, as helm install does.
 	KubeVersion string
+	// Lookup answers the templates' lookup calls, as the cluster would at helm install; nil
+	// answers none, as helm template does. Helm's engine takes a client provider only without
+	// its strict mode, so a render with Lookup is not strict.
+	Lookup engine.ClientProvider
 }
 
 // Rendered is a rendered chart.
@@ -154,7 +158,12 @@ func Render(opts Options) (*Rendered, error) {
 	if err != nil {
 		return nil, fmt.Errorf("values: %w", err)
 	}
-	out, err := engine.Engine{Strict: true}.Render(c, top) //nolint:staticcheck // no lookup, so no context needed
+	var out map[string]string
+	if opts.Lookup != nil {
+		out, err = engine.RenderWithClientProvider(c, top, opts.Lookup)
+	} else {
+		out, err = engine.Engine{Strict: true}.Render(c, top) //nolint:staticcheck // no lookup, so no context needed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rendering chart: %w", err)
 	}
