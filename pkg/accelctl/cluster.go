@@ -22,7 +22,7 @@ const FieldManager = "accelctl"
 type Group struct {
 	Kind, Namespace, Name string
 	UID                   types.UID
-	Annotations           map[string]string
+	Labels, Annotations   map[string]string
 }
 
 func (g *Group) String() string { return g.Kind + " " + g.Namespace + "/" + g.Name }
@@ -81,7 +81,7 @@ func (a apiCluster) GetGroup(ctx context.Context, namespace, ref string) (*Group
 		if err != nil {
 			return nil, fmt.Errorf("getting %s %s/%s: %w", kind, namespace, name, err)
 		}
-		return &Group{Kind: kind, Namespace: namespace, Name: name, UID: obj.UID, Annotations: obj.Annotations}, nil
+		return &Group{Kind: kind, Namespace: namespace, Name: name, UID: obj.UID, Labels: obj.Labels, Annotations: obj.Annotations}, nil
 	}
 	return nil, fmt.Errorf("no %s %s/%s", strings.Join(kinds, " or "), namespace, name)
 }
@@ -99,7 +99,7 @@ func (a apiCluster) ListGroups(ctx context.Context, namespace string) ([]*Group,
 			return nil, fmt.Errorf("listing %ss: %w", kind, err)
 		}
 		for _, o := range list.Items {
-			out = append(out, &Group{Kind: kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID, Annotations: o.Annotations})
+			out = append(out, &Group{Kind: kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID, Labels: o.Labels, Annotations: o.Annotations})
 		}
 	}
 	return out, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -115,8 +116,9 @@ the ResourceSlices an autoscaler would give a new node of the group, preceded by
 capacity.cluster-autoscaler.kubernetes.io keys as comments. GROUP is <name>,
 machinedeployment/<name>, machineset/<name> or machinepool/<name>.
 
-Output formats: yaml (default), json (a List of ResourceSlices), template (the template
-document, usable as "template:" of a NodeGroupSeed), annotations (all the group's publisher keys).`,
+Output formats: yaml (default), json (a List of ResourceSlices), jsonpath=... or go-template=...
+(applied to that List, as kubectl's), template (the template document, usable as "template:" of
+a NodeGroupSeed), annotations (all the group's publisher keys).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "yaml", "json", "template", "annotations"); err != nil {
@@ -133,7 +135,7 @@ document, usable as "template:" of a NodeGroupSeed), annotations (all the group'
 			return Show(streams.Out, g, output, nodeName)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: yaml, json, template or annotations.")
+	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: yaml, json, jsonpath=..., go-template=..., template or annotations.")
 	cmd.Flags().StringVar(&nodeName, "node-name", nodeName, "Name of the template node.")
 	return cmd
 }
@@ -168,12 +170,13 @@ func Show(w io.Writer, g *Group, output, nodeName string) error {
 	if err != nil {
 		return err
 	}
-	switch output {
-	case "json":
+	if output == "json" || strings.HasPrefix(output, jsonPathPrefix) || strings.HasPrefix(output, goTemplatePrefix) {
 		for _, s := range slices {
 			s.TypeMeta = metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"}
 		}
-		return writeObject(w, "json", newList(slices))
+		return writeObject(w, output, newList(slices))
+	}
+	switch output {
 	case "yaml":
 		fmt.Fprintf(w, "# %s: template %s, source %s\n", g, g.Annotations[template.HashAnnotation], orUnknown(g.Annotations[nodegroup.SourceAnnotation]))
 		for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey, nodegroup.TaintsKey, nodegroup.DRADriverKey, nodegroup.GPUCountKey} {

@@ -106,7 +106,7 @@ func TestConnectionFlags(t *testing.T) {
 func listCluster(t *testing.T) *fakeCluster {
 	h100 := h100Annotations(t)
 	return &fakeCluster{groups: map[string]*Group{
-		"clusters/gpu":      {Kind: "MachineDeployment", Namespace: "clusters", Name: "gpu", Annotations: with(h100, nodegroup.SourceAnnotation, nodegroup.SourceNodes)},
+		"clusters/gpu":      {Kind: "MachineDeployment", Namespace: "clusters", Name: "gpu", Labels: map[string]string{"pool": "h100"}, Annotations: with(h100, nodegroup.SourceAnnotation, nodegroup.SourceNodes)},
 		"clusters/gpu-abc":  {Kind: "MachineSet", Namespace: "clusters", Name: "gpu-abc", Annotations: with(h100, nodegroup.SourceAnnotation, nodegroup.SourceNodes)},
 		"clusters/cpu":      {Kind: "MachineDeployment", Namespace: "clusters", Name: "cpu", Annotations: map[string]string{nodegroup.CPUKey: "8"}},
 		"clusters/broken":   {Kind: "MachineDeployment", Namespace: "clusters", Name: "broken", Annotations: with(h100, template.ResourceSlicesAnnotation, "not a template")},
@@ -185,6 +185,49 @@ func TestTemplateList(t *testing.T) {
 			}
 			if l.Items[1].Annotations[template.HashAnnotation] != hash {
 				t.Errorf("items carry no annotations: %+v", l.Items[1])
+			}
+		})
+	}
+	// What kubectl users type: one field or a template of the List, labels, no header.
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"jsonpath", []string{"-o", "jsonpath={.items[*].metadata.name}"}, "broken gpu gpu-abc"},
+		{"relaxed jsonpath", []string{"-o", "jsonpath=.items[1].metadata.annotations.capacity\\.cluster-autoscaler\\.kubernetes\\.io/gpu-count"}, "8"},
+		{"go-template", []string{"-o", `go-template={{range .items}}{{.kind}}/{{.metadata.name}} {{end}}`}, "MachineDeployment/broken MachineDeployment/gpu MachineSet/gpu-abc "},
+		{"selector", []string{"-l", "pool=h100", "-o", "name"}, "machinedeployment/gpu\n"},
+		{"selector, none", []string{"-l", "pool in (a100)", "-o", "name"}, ""},
+		{"no headers", []string{"--no-headers", "-l", "pool", "-o", "wide"}, "MachineDeployment gpu nodes gpu.accel-dra.io=8 8 " + hash + " " + nodegroup.DefaultGPUDriver + " 96 1000Gi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, f, append([]string{"template", "list"}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if tc.name == "no headers" {
+				out = strings.Join(strings.Fields(out), " ")
+			}
+			if out != tc.want {
+				t.Errorf("got %q, want %q", out, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct{ args []string }{
+		{[]string{"-o", "jsonpath={.items["}},
+		{[]string{"-o", "go-template={{.items"}},
+		{[]string{"-l", "pool in (a"}},
+	} {
+		t.Run("refused "+strings.Join(tc.args, " "), func(t *testing.T) {
+			var out bytes.Buffer
+			cmd := NewCommand(IOStreams{Out: &out, ErrOut: &out}, func(ClientGetter) (Cluster, string, error) {
+				t.Error("connected before checking the flags")
+				return f, "clusters", nil
+			})
+			cmd.SetArgs(append([]string{"template", "list"}, tc.args...))
+			if err := cmd.Execute(); err == nil {
+				t.Errorf("%q accepted", tc.args)
 			}
 		})
 	}
@@ -320,5 +363,21 @@ func TestReportOutcome(t *testing.T) {
 				t.Errorf("exit code %d, want %d", got, tc.code)
 			}
 		})
+	}
+}
+
+// TestShowJSONPath: show -o jsonpath= and go-template= apply to the List of ResourceSlices that
+// -o json prints.
+func TestShowJSONPath(t *testing.T) {
+	f := gpuAndEmptyCluster(t)
+	for _, tc := range []struct{ output, want string }{
+		{"jsonpath={.items[0].spec.driver}", "gpu.accel-dra.io"},
+		{"jsonpath={.items[*].kind}", "ResourceSlice"},
+		{`go-template={{len (index .items 0).spec.devices}}`, "8"},
+	} {
+		out, err := run(t, f, "template", "show", "gpu", "-o", tc.output)
+		if err != nil || out != tc.want {
+			t.Errorf("-o %s: %q (%v), want %q", tc.output, out, err, tc.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/printers"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -23,7 +24,7 @@ import (
 const shortHash = 12
 
 func newListCommand(o *rootOptions, streams IOStreams) *cobra.Command {
-	output, all := "", false
+	output, all, noHeaders, selector := "", false, false, ""
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the node groups that have a template",
@@ -32,11 +33,15 @@ template.accel-dra.io annotations, ordered by namespace, kind and name.
 
 Output formats: a table (default), wide (the table with the template's drivers, CPU and memory
 and the full hash), name (kind/name, which "template show" takes), json or yaml (a List of the
-groups' metadata).`,
+groups' metadata), jsonpath=... or go-template=... (applied to that List, as kubectl's).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "", "wide", "name", "json", "yaml"); err != nil {
 				return err
+			}
+			sel, err := labels.Parse(selector)
+			if err != nil {
+				return fmt.Errorf("-l %q: %w", selector, err)
 			}
 			c, ns, err := o.cluster()
 			if err != nil {
@@ -49,11 +54,14 @@ groups' metadata).`,
 			if err != nil {
 				return err
 			}
-			return List(streams.Out, templated(groups), output, all)
+			groups = slices.DeleteFunc(groups, func(g *Group) bool { return !sel.Matches(labels.Set(g.Labels)) })
+			return List(streams.Out, templated(groups), ListOptions{Output: output, WithNamespace: all, NoHeaders: noHeaders})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: wide, name, json or yaml (default: a table).")
+	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: wide, name, json, yaml, jsonpath=... or go-template=... (default: a table).")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the groups of all namespaces.")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "Label selector of the groups (a MachineDeployment's, MachineSet's or MachinePool's own labels), as kubectl's -l.")
+	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "Print the table without its header line.")
 	return cmd
 }
 
@@ -72,9 +80,22 @@ func templated(groups []*Group) []*Group {
 	return out
 }
 
-// List prints groups (see `accelctl template list --help`); withNamespace adds the NAMESPACE
-// column, as kubectl does for -A.
-func List(w io.Writer, groups []*Group, output string, withNamespace bool) error {
+// ListOptions are how List prints.
+type ListOptions struct {
+	Output string
+	// WithNamespace adds the NAMESPACE column, as kubectl does for -A.
+	WithNamespace bool
+	// NoHeaders leaves out the table's header line.
+	NoHeaders bool
+}
+
+// List prints groups (see `accelctl template list --help`).
+func List(w io.Writer, groups []*Group, o ListOptions) error {
+	output := o.Output
+	switch {
+	case strings.HasPrefix(output, jsonPathPrefix), strings.HasPrefix(output, goTemplatePrefix):
+		output = "structured"
+	}
 	switch output {
 	case "name":
 		var b strings.Builder
@@ -83,20 +104,20 @@ func List(w io.Writer, groups []*Group, output string, withNamespace bool) error
 		}
 		_, err := io.WriteString(w, b.String())
 		return err
-	case "json", "yaml":
+	case "json", "yaml", "structured":
 		items := make([]metav1.PartialObjectMetadata, len(groups))
 		for i, g := range groups {
 			items[i].TypeMeta = metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: g.Kind}
 			items[i].ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Annotations: g.Annotations}
 		}
-		return writeObject(w, output, newList(items))
+		return writeObject(w, o.Output, newList(items))
 	case "", "wide":
-		return writeTable(w, groups, output == "wide", withNamespace)
+		return writeTable(w, groups, output == "wide", o.WithNamespace, o.NoHeaders)
 	}
 	return fmt.Errorf("unknown output format %q", output)
 }
 
-func writeTable(w io.Writer, groups []*Group, wide, withNamespace bool) error {
+func writeTable(w io.Writer, groups []*Group, wide, withNamespace, noHeaders bool) error {
 	tw := printers.GetNewTabWriter(w)
 	header := []string{"KIND", "NAME", "SOURCE", "DEVICES", "GPU-COUNT", "HASH"}
 	if wide {
@@ -105,7 +126,9 @@ func writeTable(w io.Writer, groups []*Group, wide, withNamespace bool) error {
 	if withNamespace {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	if !noHeaders {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
 	for _, g := range groups {
 		hash := g.Annotations[template.HashAnnotation]
 		if !wide && len(hash) > shortHash {
