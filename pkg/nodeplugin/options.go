@@ -108,6 +108,8 @@ type Options struct {
 	MPSDaemonNamespace         string
 	MPSDaemonImage             string
 	MPSDaemonPriorityClassName string
+	// MPSDaemonImagePullSecrets are the Secrets the MPS daemon pods pull their image with.
+	MPSDaemonImagePullSecrets []string
 	// EventsNamespace is where the plugin's events about its Node are stored: default or
 	// kube-system (EventsNamespaces).
 	EventsNamespace string
@@ -198,6 +200,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.MPSDaemonNamespace, "mps-daemon-namespace", o.MPSDaemonNamespace, "Namespace of the MPS control daemon pods (default $POD_NAMESPACE, the plugin's own through the downward API).")
 	fs.StringVar(&o.MPSDaemonImage, "mps-daemon-image", o.MPSDaemonImage, "Image of the MPS control daemon pods: the plugin's own, whose binary runs each daemon.")
 	fs.StringVar(&o.MPSDaemonPriorityClassName, "mps-daemon-priority-class-name", o.MPSDaemonPriorityClassName, "Priority class of the MPS control daemon pods.")
+	fs.StringSliceVar(&o.MPSDaemonImagePullSecrets, "mps-daemon-image-pull-secrets", o.MPSDaemonImagePullSecrets, "Secrets in --mps-daemon-namespace that the MPS control daemon pods pull --mps-daemon-image with (the chart's imagePullSecrets).")
 	fs.DurationVar(&o.DriverCheckInterval, "driver-check-interval", o.DriverCheckInterval, "How often to check the driver's files for a change (an upgrade); a change recomputes the driver's CDI edits and rewrites the CDI specs of prepared claims. 0 disables the check.")
 	fs.BoolVar(&o.DynamicMIG, "dynamic-mig", o.DynamicMIG, "Publish the GPUs that are in MIG mode as partitionable devices (one per MIG profile and placement, with shared counters) and create and destroy their MIG instances on prepare and unprepare. The plugin then owns the MIG layout of those GPUs: MIG instances no prepared claim holds are destroyed at start. It never changes a GPU's MIG mode. Off: existing MIG devices are published as they are (static MIG).")
 	fs.BoolVar(&o.NVIDIACompat, "nvidia-compat", o.NVIDIACompat, "NVIDIA compatibility mode, for workloads written for NVIDIA's DRA driver (docs/migrate-from-nvidia.md): the driver name defaults to gpu.nvidia.com, opaque configuration of NVIDIA's API (resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig) is translated to accel-dra's, devices also carry NVIDIA's attribute names, and health taints use NVIDIA's keys. GPU backends only. Never run it on a node where NVIDIA's driver runs.")

@@ -59,7 +59,7 @@ func mpsControl(o *Options, src *driverSource, kind device.Kind, kube kubernetes
 		return nil, fmt.Errorf("--mps-daemons=%s needs --mps-daemon-namespace (or $POD_NAMESPACE) and --mps-daemon-image", MPSDaemonsPod)
 	}
 	p := mpspod.Pods{Client: kube, Namespace: o.MPSDaemonNamespace, NodeName: o.NodeName, DriverName: o.DriverName,
-		Image: o.MPSDaemonImage, ImagePullPolicy: corev1.PullIfNotPresent, PriorityClassName: o.MPSDaemonPriorityClassName,
+		Image: o.MPSDaemonImage, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: o.MPSDaemonImagePullSecrets, PriorityClassName: o.MPSDaemonPriorityClassName,
 		ControlPath: o.NVIDIAMPSControlPath}
 	if p.ControlPath == "" {
 		// The pod mounts the driver root from the host.

@@ -89,6 +89,9 @@ type Pods struct {
 	// Image is the plugin's image, which the pods run.
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets are the names of the Secrets in Namespace the image is pulled with: the
+	// chart's imagePullSecrets, as its own pods have them.
+	ImagePullSecrets []string
 	// Command is the plugin binary in the image; default DefaultCommand.
 	Command string
 	// HostDriverRoot is the driver root on the host: the pod mounts it at DriverRootMount and
@@ -168,7 +171,8 @@ func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			// It serves pods that run on the node whatever taints the node gets.
-			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Tolerations:      []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			ImagePullSecrets: pullSecrets(p.ImagePullSecrets),
 			Containers: []corev1.Container{{
 				Name:            ContainerName,
 				Image:           p.Image,
@@ -348,4 +352,12 @@ func describe(pod *corev1.Pod) string {
 		}
 	}
 	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+func pullSecrets(names []string) []corev1.LocalObjectReference {
+	var out []corev1.LocalObjectReference
+	for _, n := range names {
+		out = append(out, corev1.LocalObjectReference{Name: n})
+	}
+	return out
 }

@@ -84,6 +84,12 @@ func TestPod(t *testing.T) {
 	if c.Image != p.Image || c.Command[0] != DefaultCommand || c.SecurityContext == nil || !*c.SecurityContext.Privileged {
 		t.Errorf("container %+v", c)
 	}
+	// A private registry's image needs the secrets the chart gives its own pods.
+	p.ImagePullSecrets = []string{"regcred", "mirror"}
+	if got := p.Pod(s).Spec.ImagePullSecrets; len(got) != 2 || got[0].Name != "regcred" || got[1].Name != "mirror" {
+		t.Errorf("imagePullSecrets %+v, want regcred and mirror", got)
+	}
+	p.ImagePullSecrets = nil
 	if got := strings.Join(c.StartupProbe.Exec.Command, " "); !strings.HasSuffix(got, "probe --dir="+s.Dir+" --control="+sharing.DefaultControlPath+" --control-root="+DriverRootMount+" --ready") {
 		t.Errorf("startup probe %q", got)
 	}
