@@ -1,6 +1,7 @@
 package nodeplugin
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -66,7 +67,8 @@ func TestMPSControl(t *testing.T) {
 				p.Client = nil
 				m.Daemons = p
 			}
-			if m.Daemons != tc.want {
+			// DeepEqual: mpspod.Pods has a slice (its pull secrets) and no == of its own.
+			if !reflect.DeepEqual(m.Daemons, tc.want) {
 				t.Errorf("daemons %+v, want %+v", m.Daemons, tc.want)
 			}
 		})
