@@ -28,6 +28,8 @@ const previousRelease = "83431c1"
 // release is a chart and the plugin image it installs.
 type chartRelease struct {
 	name, chart, repo, tag string
+	// gpuProfile is the GPU mock's profile (default mig-mixed).
+	gpuProfile string
 }
 
 // buildPreviousRelease builds the previous release's plugin from the repository's history,
@@ -78,13 +80,17 @@ func (e *env) load(ctx context.Context, t *testing.T, image string) {
 	}
 }
 
-// helmTo installs or upgrades the release to r, with the mock values of r's chart and the
-// mig-mixed profile (whole GPUs and static MIG devices), GPUs only.
+// helmTo installs or upgrades the release to r, with the mock values of r's chart and r's
+// profile (default mig-mixed: whole GPUs and static MIG devices), GPUs only.
 func (e *env) helmTo(ctx context.Context, t *testing.T, r chartRelease) {
 	t.Helper()
+	profile := r.gpuProfile
+	if profile == "" {
+		profile = "mig-mixed"
+	}
 	out, err := e.cmd(ctx, []string{"KUBECONFIG=" + e.kubeconfig}, filepath.Join(e.tools, "helm"), "upgrade", "--install", release, r.chart,
 		"-n", releaseNS, "-f", filepath.Join(r.chart, "values-mock.yaml"),
-		"--set", "mock.gpuProfile=mig-mixed", "--set", "drivers.npu.enabled=false",
+		"--set", "mock.gpuProfile="+profile, "--set", "drivers.npu.enabled=false",
 		"--set", "plugin.image.repository="+r.repo, "--set", "plugin.image.tag="+r.tag, "--set", "plugin.image.pullPolicy=Never",
 		"--wait", "--timeout", "5m")
 	if err != nil {
@@ -149,6 +155,104 @@ func (e *env) testTwoReleases(ctx context.Context, t *testing.T) {
 	e.expectNoLeftovers(ctx, t)
 	if out, err := e.cmd(ctx, []string{"KUBECONFIG=" + e.kubeconfig}, filepath.Join(e.tools, "helm"), "uninstall", release, "-n", releaseNS, "--wait"); err != nil {
 		t.Errorf("helm uninstall: %v\n%s", err, out)
+	}
+	t.Run("DRMLoaded", func(t *testing.T) { e.testUpgradeDRMLoaded(ctx, t, prev, this) })
+}
+
+// testUpgradeDRMLoaded: pods prepared by the previous release on a machine without nvidia-drm
+// (its mock has no DRM nodes), then this release on the same machine with nvidia-drm loaded
+// (mig-mixed-drm: the same GPUs, with a /dev/dri card and render node each). The claims are the
+// same GPUs and must stay prepared: after the upgrade, a restart of each pod's container (which
+// the runtime starts from the claim's CDI spec, with the CDI IDs the kubelet got from the
+// previous release) must succeed, the whole GPU's container with its DRM nodes and the MIG
+// device's without, and nothing may be left once the pods are gone.
+func (e *env) testUpgradeDRMLoaded(ctx context.Context, t *testing.T, prev, this chartRelease) {
+	this.gpuProfile = "mig-mixed-drm"
+	e.exec(ctx, "rm", "-f", gpuData+"/mock/"+nvmlmock.StateFileName)
+	e.helmTo(ctx, t, prev)
+	long := []workload{{name: "drm-whole", restart: true}, {name: "drm-mig", class: "mig.gpu.accel-dra.io", restart: true}}
+	uids := e.startRunning(ctx, t, long)
+	defer func() {
+		for _, w := range long {
+			if err := e.stopWorkload(ctx, w.name); err != nil {
+				t.Error(err)
+			}
+		}
+		e.expectNoLeftovers(ctx, t)
+		if out, err := e.cmd(ctx, []string{"KUBECONFIG=" + e.kubeconfig}, filepath.Join(e.tools, "helm"), "uninstall", release, "-n", releaseNS, "--wait"); err != nil {
+			t.Errorf("helm uninstall: %v\n%s", err, out)
+		}
+	}()
+	e.helmTo(ctx, t, this)
+	for _, w := range long {
+		p, err := e.client.CoreV1().Pods(ns).Get(ctx, w.name, metav1.GetOptions{})
+		if err != nil || string(p.UID) != uids[w.name] || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
+			t.Fatalf("after the upgrade, pod %s is not the same pod running: %v %+v", w.name, err, p)
+		}
+		// Stop the container as a crash would: the kubelet starts it again, and the runtime
+		// resolves the claim's CDI devices anew.
+		id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		e.exec(ctx, "crictl", "--runtime-endpoint", "unix:///run/containerd/containerd.sock", "stop", "--timeout", "0", id)
+	}
+	for _, w := range long {
+		var last *corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := e.client.CoreV1().Pods(ns).Get(ctx, w.name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			last = p
+			cs := p.Status.ContainerStatuses
+			return len(cs) == 1 && cs[0].RestartCount >= 1 && cs[0].State.Running != nil, nil
+		})
+		if err != nil {
+			var state any
+			if last != nil && len(last.Status.ContainerStatuses) == 1 {
+				state = last.Status.ContainerStatuses[0].State
+			}
+			t.Errorf("pod %s: its container did not run again after a restart following the upgrade: %v; state %+v\n%s", w.name, err, state, e.describe(ctx, ns, w.name))
+			continue
+		}
+		var logs []byte
+		err = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			logs, err = e.client.CoreV1().Pods(ns).GetLogs(w.name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			return err == nil && strings.Contains(string(logs), "== end\n"), nil
+		})
+		if err != nil {
+			t.Errorf("pod %s: logs of the restarted container: %v: %s", w.name, err, logs)
+			continue
+		}
+		out := sections(string(logs))
+		t.Logf("pod %s restarted: %s", w.name, strings.Join(strings.Fields(string(logs)), " "))
+		// Its GPU: /dev/nvidiaN of the claim's device (of a MIG device's GPU), and for a MIG
+		// device its two nvidia-caps nodes.
+		devs := e.allocated(ctx, t, w.name)
+		if len(devs) != 1 {
+			t.Fatalf("pod %s: allocated %+v", w.name, devs)
+		}
+		gpu := "nvidia" + strings.SplitN(strings.TrimPrefix(devs[0].name, "gpu-"), "-", 2)[0]
+		if strings.Join(out["dev"], " ") != gpu {
+			t.Errorf("pod %s (%s): the restarted container has GPU nodes %q, want %s", w.name, devs[0].name, out["dev"], gpu)
+		}
+		if wantCaps := map[bool]int{true: 0, false: 2}[w.class == ""]; len(out["caps"]) != wantCaps {
+			t.Errorf("pod %s (%s): the restarted container has nvidia-caps nodes %q, want %d", w.name, devs[0].name, out["caps"], wantCaps)
+		}
+		want := []string(nil)
+		if w.class == "" {
+			want = []string{"card", "renderD"}
+		}
+		var got []string
+		for _, n := range out["dri"] {
+			got = append(got, strings.TrimRight(n, "0123456789"))
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("pod %s: the restarted container's /dev/dri has %q, want one each of %q", w.name, out["dri"], want)
+		}
+	}
+	recs := e.records(ctx, t)
+	heldOnce(t, recs)
+	if len(recs) != len(long) {
+		t.Errorf("after the upgrade: %d checkpoint records with %d pods running: %+v", len(recs), len(long), recs)
 	}
 }
 

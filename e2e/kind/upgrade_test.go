@@ -36,6 +36,13 @@ type workload struct {
 	name   string
 	class  string
 	config string // GpuConfig JSON, or ""
+	// restart makes the pod restart its container when it exits (restartPolicy Always), and
+	// the container print its GPU nodes (/dev/nvidiaN, /dev/nvidia-caps) and /dev/dri nodes
+	// instead of running nvidia-smi: a container restarted from a spec the previous release
+	// wrote finds this release's mock nvidia-smi in the mock driver root, without the machine
+	// description this release's specs mount for it (the previous mock had none), so it could
+	// not answer. The nodes are what the claim's CDI spec gives.
+	restart bool
 }
 
 // claimTemplate is a one-device template with config as the claim's opaque GpuConfig.
@@ -62,15 +69,19 @@ func (e *env) startWorkload(ctx context.Context, w workload) error {
 	if _, err := e.client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	policy, command := corev1.RestartPolicyNever, "nvidia-smi -L && exec sleep 3600"
+	if w.restart {
+		policy, command = corev1.RestartPolicyAlways, "echo '== dev'; ls /dev | grep -E '^nvidia[0-9]+$'; echo '== caps'; ls /dev/nvidia-caps 2>/dev/null; echo '== dri'; ls /dev/dri 2>/dev/null; echo '== end'; exec sleep 3600"
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: ns},
 		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
+			RestartPolicy:                 policy,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: &tmpl.Name}},
 			Containers: []corev1.Container{{
 				Name: "ctr", Image: e.workload, ImagePullPolicy: corev1.PullNever,
-				Command:   []string{"sh", "-c", "nvidia-smi -L && exec sleep 3600"},
+				Command:   []string{"sh", "-c", command},
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
 			}},
 		},

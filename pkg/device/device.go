@@ -48,6 +48,30 @@ func (n Node) Same(o Node) bool {
 	return n == o
 }
 
+// DRMMajor is the character major of the kernel's DRM subsystem, whose nodes are
+// /dev/dri/card<N> and /dev/dri/renderD<N> (Documentation/admin-guide/devices.txt: "226 char
+// Direct Rendering Infrastructure (DRI)").
+const DRMMajor = 226
+
+// DRM reports whether n is a DRM node. A GPU's DRM nodes are attachments, not its identity:
+// they exist only while the nvidia-drm module is loaded, which may happen (or stop) between two
+// starts of the plugin, and their numbers depend on which other DRM drivers probed first. The
+// GPU is its UUID and its /dev/nvidiaN.
+func (n Node) DRM() bool { return n.Type == "c" && n.Major == DRMMajor }
+
+// WithoutDRM returns nodes without their DRM nodes, in a new slice: what identifies the device,
+// and what a MIG device of a GPU gets of the GPU's nodes (NVIDIA's container toolkit gives a MIG
+// device its parent's /dev/nvidiaN and no DRM node: the DRM nodes reach the whole GPU).
+func WithoutDRM(nodes []Node) []Node {
+	out := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		if !n.DRM() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Device is one accelerator as a backend found it. Values are final: a backend has already
 // normalised the PCI bus ID and resolved pcieRoot/NUMA through sysfs.
 type Device struct {

@@ -271,6 +271,15 @@ func TestIdentityChange(t *testing.T) {
 			inv.Devices[1].Nodes[0].Minor = 7
 			inv.Devices[1].Nodes[0].Path = "/dev/nvidia7"
 		},
+		// nvidia-drm loaded meanwhile: DRM nodes that appear do not make another GPU the same
+		// (TestDRMLoadedAfterPrepare: on the same GPU they are no change of identity).
+		"uuid, DRM nodes added": func(inv *device.Inventory) {
+			inv.Devices[1].UUID, inv.Devices[2].UUID = inv.Devices[2].UUID, inv.Devices[1].UUID
+			inv.Devices[1].Nodes = append(inv.Devices[1].Nodes, drmNodes(1)...)
+		},
+		"nodes, DRM nodes added": func(inv *device.Inventory) {
+			inv.Devices[1].Nodes = append([]device.Node{{Path: "/dev/nvidia7", Type: "c", Major: 195, Minor: 7}}, drmNodes(1)...)
+		},
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -319,6 +328,14 @@ func TestIdentityChange(t *testing.T) {
 				t.Fatalf("unprepare of the refused claim: %v", err)
 			}
 		})
+	}
+}
+
+// drmNodes are the card and render node of GPU n where nothing else holds a DRM minor.
+func drmNodes(n int64) []device.Node {
+	return []device.Node{
+		{Path: fmt.Sprintf("/dev/dri/card%d", n), Type: "c", Major: device.DRMMajor, Minor: n},
+		{Path: fmt.Sprintf("/dev/dri/renderD%d", 128+n), Type: "c", Major: device.DRMMajor, Minor: 128 + n},
 	}
 }
 

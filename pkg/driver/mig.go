@@ -206,7 +206,7 @@ func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) ([]int, e
 		ci := in.CI
 		m.CI = &ci
 		pd.UUID = in.UUID
-		pd.Nodes = append(stdslices.Clone(d.devices[pd.Device].Nodes), in.CapNodes...)
+		pd.Nodes = append(device.WithoutDRM(d.devices[pd.Device].Nodes), in.CapNodes...)
 		klog.FromContext(ctx).V(2).Info("Created MIG device", "device", pd.Device, "gpu", m.ParentUUID, "profile", m.Profile, "start", m.Start, "gi", gi, "ci", ci, "uuid", in.UUID)
 	}
 	return created, nil

@@ -30,7 +30,8 @@ type ReconcileReport struct {
 	// other pod of a rolling update) is alive.
 	InFlight []string
 	// Refused are prepared claims whose device is no longer the device they got (another UUID
-	// or other device nodes under the same name). Their CDI specs are removed so that no new
+	// or another /dev/nvidiaN under the same name; DRM nodes that changed are not another
+	// device, see verifyIdentity). Their CDI specs are removed so that no new
 	// container gets the wrong device; their records stay until the kubelet unprepares them.
 	Refused []string
 	// MIGDestroyed are the MIG instances (dynamic MIG) that no claim held and were destroyed.

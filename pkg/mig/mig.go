@@ -235,7 +235,8 @@ func DynamicWithResult(inv *device.Inventory, opts ...Option) (*device.Inventory
 				d.Name = device.MIGName(p.GPU.Name, pr.Name, pl.Start)
 				d.UUID = ""
 				d.MemoryBytes = pr.MemoryBytes
-				d.Nodes = slices.Clone(p.GPU.Nodes)
+				// The parent's /dev/nvidiaN, not its DRM nodes, which belong to the whole GPU.
+				d.Nodes = device.WithoutDRM(p.GPU.Nodes)
 				d.MIG = &device.MIG{Parent: p.GPU.Name, ParentUUID: p.GPU.UUID, Profile: pr, Placement: pl, Dynamic: true}
 				d.Consumes = []device.CounterConsumption{Consumption(p, pr, pl)}
 				out.Devices = append(out.Devices, d)

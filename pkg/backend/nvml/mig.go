@@ -263,7 +263,8 @@ func (b *Backend) staticMIGDevices(p *device.MIGParent) ([]device.Device, error)
 		}
 		d.UUID = in.UUID
 		d.MemoryBytes = prof.MemoryBytes
-		d.Nodes = append(append([]device.Node(nil), p.GPU.Nodes...), caps...)
+		// The parent's /dev/nvidiaN, not its DRM nodes, which belong to the whole GPU.
+		d.Nodes = append(device.WithoutDRM(p.GPU.Nodes), caps...)
 		d.MIG = &device.MIG{Parent: p.GPU.Name, ParentUUID: p.GPU.UUID, Profile: prof, Placement: in.Placement, Instance: &inst}
 		out = append(out, d)
 	}

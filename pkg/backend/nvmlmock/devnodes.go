@@ -40,7 +40,9 @@ const (
 type devNodes struct {
 	gpus    int
 	modeset bool
-	uvm     atomic.Int32
+	// dri are the /dev/dri nodes (card<N>, renderD<M>) by name, with their DRM minors.
+	dri map[string]int64
+	uvm atomic.Int32
 }
 
 // SetUVM changes the state of the nvidia-uvm module; the next stat and /proc/devices read see
@@ -77,6 +79,9 @@ func (d *devNodes) stat(p string) (string, int64, int64, error) {
 		if d.modeset {
 			return "c", nvidiaMajor, nvidiaModesetMin, nil
 		}
+	}
+	if minor, ok := d.dri[name]; ok && path.Base(path.Dir(p)) == "dri" {
+		return "c", drmMajor, minor, nil
 	}
 	if m := deviceNode.FindStringSubmatch(name); m != nil {
 		if minor, err := strconv.Atoi(m[1]); err == nil && minor < d.gpus {

@@ -89,7 +89,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 		uuidProfile = fmt.Sprintf("shape-%x", sha256.Sum256([]byte(file)))
 	}
 	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile,
-		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset}}
+		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset, dri: map[string]int64{}}}
 	for i, g := range p.gpus {
 		minor := p.minor(i)
 		board := minor
@@ -103,7 +103,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 			loseDevice(d)
 		}
 		s.Devices = append(s.Devices, d)
-		s.addSysfs(g)
+		s.addSysfs(g, minor)
 	}
 	s.setInterfaceFuncs()
 	s.addCoherentMemory(profileName)
@@ -333,8 +333,8 @@ func (s *Server) setInterfaceFuncs() {
 
 // addSysfs adds a GPU to the synthetic sysfs as the kernel lays it out: the device directory
 // sits under its root complex and bridges in devices/, and bus/pci/devices/<bdf> is a relative
-// symlink to it.
-func (s *Server) addSysfs(g gpu) {
+// symlink to it. With nvidia-drm loaded the GPU's DRM nodes are its children (drm.go).
+func (s *Server) addSysfs(g gpu, minor int) {
 	dir := path.Join(append(append([]string{"devices", g.root}, g.bridges...), g.busID)...)
 	s.SysFS[path.Join("bus/pci/devices", g.busID)] = &fstest.MapFile{
 		Data: []byte("../../../" + dir),
@@ -347,4 +347,8 @@ func (s *Server) addSysfs(g gpu) {
 	file("device", fmt.Sprintf("0x%04x", g.model.pciDevice))
 	file("class", "0x030200") // 3D controller, as data-centre GPUs report
 	file("numa_node", strconv.Itoa(g.numa))
+	for name, m := range s.profile.drmNodes(minor) {
+		file(path.Join("drm", name, "dev"), fmt.Sprintf("%d:%d", drmMajor, m))
+		s.dev.dri[name] = m
+	}
 }

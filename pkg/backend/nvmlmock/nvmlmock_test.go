@@ -50,7 +50,7 @@ func enumerate(t *testing.T, profile, node string, opts ...Option) *device.Inven
 
 func TestProfiles(t *testing.T) {
 	got := Profiles()
-	want := []string{"a100-8x", "a100-8x-mig", "broken-driver-version", "gh200-1x", "h100-8x-2numa", "h100-8x-2numa-reordered", "h100-8x-2numa-swapped", "h100-8x-mig", "h100-8x-one-broken", "mig-mixed", "mixed-small"}
+	want := []string{"a100-8x", "a100-8x-mig", "broken-driver-version", "gh200-1x", "h100-8x-2numa", "h100-8x-2numa-drm", "h100-8x-2numa-reordered", "h100-8x-2numa-swapped", "h100-8x-mig", "h100-8x-one-broken", "mig-mixed", "mig-mixed-drm", "mixed-small"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Profiles() mismatch (-want +got):\n%s", diff)
 	}

@@ -58,6 +58,16 @@ type profile struct {
 	cudaDriverVersion int
 	// modeset says whether /dev/nvidia-modeset exists (the display driver is loaded).
 	modeset bool
+	// drm says whether the nvidia-drm module is loaded (it needs nvidia-modeset, so a profile
+	// with drm has modeset too): then each GPU has a DRM primary (card) and render node, which
+	// the kernel lists under the GPU's sysfs directory, drm/card<N> and drm/renderD<M>, and
+	// creates as /dev/dri/card<N> and /dev/dri/renderD<M> (see drmNodes).
+	drm bool
+	// firstCard is the N of the first GPU's /dev/dri/cardN where drm is set: a DRM driver that
+	// probed before nvidia-drm holds the cards below it, as a server's BMC graphics (ast) or
+	// the boot framebuffer (simpledrm) holds card0. Those drivers have no render node, so the
+	// render minors start at 128 all the same and a GPU's card and render numbers differ.
+	firstCard int
 	// gpus are the GPUs in NVML index order.
 	gpus []gpu
 	// minors are the minor numbers (/dev/nvidiaN) of gpus by NVML index; nil means each GPU's
@@ -208,6 +218,21 @@ func init() {
 		}
 		profiles[name] = p
 	}
+
+	// nvidia-drm loaded (the driver installed with its display modules, as on hosts that run
+	// graphics or Vulkan workloads): each GPU has DRM nodes, and the DGX's BMC (an ASPEED
+	// AST2600, driver ast) holds card0, so GPU minor N is card<N+1> and renderD<128+N>. Same
+	// UUIDs: loading the module does not change the GPUs.
+	drm := base
+	drm.description = "h100-8x-2numa with nvidia-drm loaded: gpu-N has /dev/dri/card<N+1> (the BMC's ast driver holds card0) and /dev/dri/renderD<128+N>"
+	drm.uuidProfile = "h100-8x-2numa"
+	drm.drm, drm.firstCard = true, 1
+	profiles["h100-8x-2numa-drm"] = drm
+	migDRM := profiles["mig-mixed"]
+	migDRM.description = "mig-mixed with nvidia-drm loaded and no other DRM driver: gpu-N has /dev/dri/card<N> and /dev/dri/renderD<128+N>; its MIG devices have none"
+	migDRM.uuidProfile = "mig-mixed"
+	migDRM.drm = true
+	profiles["mig-mixed-drm"] = migDRM
 
 	broken := base
 	broken.description = "h100-8x-2numa where gpu-3 has fallen off the bus: its handle, minor and PCI info answer, every other NVML query fails with GPU_IS_LOST"
