@@ -195,11 +195,19 @@ maxUnavailable: {{ ternary ($unavailable | quote) ($unavailable | int | toString
 {{- end }}
 
 {{/*
+"true" when a driver runs in NVIDIA's compatibility mode (the GPU driver with
+drivers.gpu.compat.nvidia), else ""; arguments: a dict with key and driver.
+*/}}
+{{- define "accel-dra.isNVIDIACompat" -}}
+{{- if and (eq .key "gpu") (dig "compat" "nvidia" false .driver) }}true{{ end }}
+{{- end }}
+
+{{/*
 The label that hands a node over to the plugin in NVIDIA's compatibility mode ("" when the mode
 is off or the label is turned off); same arguments as backend.
 */}}
 {{- define "accel-dra.compatNodeLabel" -}}
-{{- if and (eq .key "gpu") (dig "compat" "nvidia" false .driver) }}
+{{- if include "accel-dra.isNVIDIACompat" . }}
 {{- dig "compat" "nodeLabel" "" .driver }}
 {{- end }}
 {{- end }}
@@ -226,7 +234,7 @@ it, for a rollback, and the uninstall's clean-up never touches it.
 */}}
 {{- define "accel-dra.pluginDataDir" -}}
 {{- $dir := printf "%s/plugins/%s" (trimSuffix "/" .root.Values.plugin.kubeletRootDir) .driver.driverName }}
-{{- if and (eq .key "gpu") (dig "compat" "nvidia" false .driver) }}
+{{- if include "accel-dra.isNVIDIACompat" . }}
 {{- $dir = printf "%s-accel-dra" $dir }}
 {{- end }}
 {{- $dir }}
@@ -241,7 +249,7 @@ the drivers includes it first, whatever order Helm renders them in.
 */}}
 {{- define "accel-dra.applyCompat" -}}
 {{- $driver := .driver }}
-{{- if and (eq .key "gpu") (dig "compat" "nvidia" false $driver) }}
+{{- if include "accel-dra.isNVIDIACompat" . }}
 {{- if not (has $driver.driverName (list "gpu.accel-dra.io" "gpu.nvidia.com")) }}
 {{- fail (printf "drivers.gpu.compat.nvidia publishes the GPUs as NVIDIA's driver, gpu.nvidia.com; drivers.gpu.driverName=%s contradicts it: leave it at its default" $driver.driverName) }}
 {{- end }}
