@@ -91,12 +91,7 @@ type ListOptions struct {
 
 // List prints groups (see `accelctl template list --help`).
 func List(w io.Writer, groups []*Group, o ListOptions) error {
-	output := o.Output
-	switch {
-	case strings.HasPrefix(output, jsonPathPrefix), strings.HasPrefix(output, goTemplatePrefix):
-		output = "structured"
-	}
-	switch output {
+	switch o.Output {
 	case "name":
 		var b strings.Builder
 		for _, g := range groups {
@@ -104,17 +99,16 @@ func List(w io.Writer, groups []*Group, o ListOptions) error {
 		}
 		_, err := io.WriteString(w, b.String())
 		return err
-	case "json", "yaml", "structured":
-		items := make([]metav1.PartialObjectMetadata, len(groups))
-		for i, g := range groups {
-			items[i].TypeMeta = metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: g.Kind}
-			items[i].ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Annotations: g.Annotations}
-		}
-		return writeObject(w, o.Output, newList(items))
 	case "", "wide":
-		return writeTable(w, groups, output == "wide", o.WithNamespace, o.NoHeaders)
+		return writeTable(w, groups, o.Output == "wide", o.WithNamespace, o.NoHeaders)
 	}
-	return fmt.Errorf("unknown output format %q", output)
+	// json, yaml, jsonpath=, go-template= (writeObject refuses any other format).
+	items := make([]metav1.PartialObjectMetadata, len(groups))
+	for i, g := range groups {
+		items[i].TypeMeta = metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: g.Kind}
+		items[i].ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Annotations: g.Annotations}
+	}
+	return writeObject(w, o.Output, newList(items))
 }
 
 func writeTable(w io.Writer, groups []*Group, wide, withNamespace, noHeaders bool) error {
