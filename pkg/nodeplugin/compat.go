@@ -93,7 +93,7 @@ func (o *Options) eventsClient() (kubernetes.Interface, error) {
 // A socket nobody answers on is what a plugin that went left behind, and is no obstacle. An NPU
 // plugin has no GPUs to collide on.
 func (o *Options) nvidiaPluginGone(ctx context.Context) error {
-	if o.Backend == "npu" || o.Backend == "npu-mock" {
+	if o.npuBackend() {
 		return nil
 	}
 	socket := filepath.Join(o.RegistrarDir, nvidia.DriverName+"-reg.sock")

@@ -212,12 +212,15 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	return fs
 }
 
+// npuBackend tells whether the backend is an NPU one (real or mock).
+func (o *Options) npuBackend() bool { return o.Backend == backend.NPU || o.Backend == backend.NPUMock }
+
 // Complete fills defaults that depend on other flags and checks the result.
 func (o *Options) Complete() error {
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required")
 	}
-	isNPU := o.Backend == "npu" || o.Backend == "npu-mock"
+	isNPU := o.npuBackend()
 	if err := o.completeNVIDIACompat(isNPU); err != nil {
 		return err
 	}
