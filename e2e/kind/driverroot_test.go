@@ -86,11 +86,8 @@ func (e *env) helmMock(ctx context.Context, t *testing.T, ready bool, extra ...s
 	// do; earlier tests may have left another machine's.
 	e.exec(ctx, "rm", "-f", gpuData+"/mock/"+nvmlmock.StateFileName)
 	chart := filepath.Join(e.root, "deployments/helm/accel-dra")
-	repo, tag, _ := strings.Cut(e.plugin, ":")
-	args := []string{"upgrade", "--install", release, chart, "-n", releaseNS, "-f", filepath.Join(chart, "values-mock.yaml"),
-		"--set", "drivers.npu.enabled=false",
-		"--set", "plugin.image.repository=" + repo, "--set", "plugin.image.tag=" + tag, "--set", "plugin.image.pullPolicy=Never",
-		"--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true"}
+	args := append([]string{"upgrade", "--install", release, chart, "-n", releaseNS, "-f", filepath.Join(chart, "values-mock.yaml"),
+		"--set", "drivers.npu.enabled=false"}, e.imageArgs()...)
 	args = append(args, extra...)
 	if ready {
 		args = append(args, "--wait", "--timeout", "5m")

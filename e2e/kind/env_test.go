@@ -230,11 +230,25 @@ func (e *env) cmd(ctx context.Context, env []string, name string, args ...string
 // exec runs a command in the kind node and returns its output; a failure fails the test.
 func (e *env) exec(ctx context.Context, args ...string) string {
 	e.t.Helper()
-	out, err := e.cmd(ctx, nil, "docker", append([]string{"exec", e.node}, args...)...)
+	return e.execOn(ctx, e.t, e.node, args...)
+}
+
+// execOn runs a command in one of the cluster's nodes and returns its output; a failure fails t.
+func (e *env) execOn(ctx context.Context, t *testing.T, node string, args ...string) string {
+	t.Helper()
+	out, err := e.cmd(ctx, nil, "docker", append([]string{"exec", node}, args...)...)
 	if err != nil {
-		e.t.Fatalf("in node %s: %s: %v\n%s", e.node, strings.Join(args, " "), err, out)
+		t.Fatalf("in node %s: %s: %v\n%s", node, strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// imageArgs are the helm values that install the chart with the test's plugin image, privileged
+// as TestKind installs it (MPS mounts need the propagation).
+func (e *env) imageArgs() []string {
+	repo, tag, _ := strings.Cut(e.plugin, ":")
+	return []string{"--set", "plugin.image.repository=" + repo, "--set", "plugin.image.tag=" + tag, "--set", "plugin.image.pullPolicy=Never",
+		"--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true"}
 }
 
 // podOutput waits until a pod's one container has printed the line "== end" and returns its

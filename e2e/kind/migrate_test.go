@@ -82,6 +82,16 @@ func TestNVIDIAMigration(t *testing.T) {
 
 	// NVIDIA's driver on every node, as before the move.
 	e.installNVIDIAStandIn(ctx, t)
+	// With NVIDIA's class there, the chart under accel-dra's own names is refused by the real
+	// helm's lookup (templates/nvidia-guard.yaml), and the release stays as it was.
+	chart := filepath.Join(e.root, "deployments/helm/accel-dra")
+	out, err := e.helm(ctx, append([]string{"upgrade", release, chart, "-n", releaseNS, "-f", filepath.Join(chart, "values-mock.yaml")}, e.imageArgs()...)...)
+	if want := "NVIDIA's DRA driver runs in this cluster (DeviceClass gpu.nvidia.com)"; err == nil || !strings.Contains(out, want) {
+		t.Errorf("helm upgrade to accel-dra's own names beside NVIDIA's driver: %v, want a refusal with %q:\n%s", err, want, out)
+	}
+	if args := e.compatDaemonSet(ctx, t).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--nvidia-compat") {
+		t.Errorf("the refused upgrade changed the release: plugin args %q", args)
+	}
 	for _, n := range []string{nodeA, nodeB} {
 		e.waitDevices(ctx, t, n, false)
 		e.execOn(ctx, t, n, "sh", "-c", fmt.Sprintf("printf '%%s' '%s' > %s/checkpoint.json", nvidiaCheckpoint, nvidiaDir))
@@ -128,7 +138,7 @@ func TestNVIDIAMigration(t *testing.T) {
 	// "Uninstalling": refused while B's claim is in use, naming only that claim.
 	e.startOn(ctx, t, "ac-b", nodeB)
 	claimB := e.claimOf(ctx, t, "ac-b")
-	out, err := e.helm(ctx, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
+	out, err = e.helm(ctx, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
 	if err == nil {
 		t.Fatalf("helm uninstall went through while pod ac-b holds %s:\n%s", claimB.Name, out)
 	}
@@ -181,11 +191,9 @@ func (e *env) installNVIDIAStandIn(ctx context.Context, t *testing.T) {
 	e.kubectl(ctx, t, "create", "namespace", nvidiaNS)
 	e.kubectl(ctx, t, "label", "namespace", nvidiaNS, "pod-security.kubernetes.io/enforce=privileged")
 	chart := filepath.Join(e.root, "deployments/helm/accel-dra")
-	repo, tag, _ := strings.Cut(e.plugin, ":")
-	if out, err := e.helm(ctx, "install", nvidiaRelease, chart, "-n", nvidiaNS, "-f", filepath.Join(chart, "values-mock.yaml"), "-f", values,
-		"--set", "plugin.image.repository="+repo, "--set", "plugin.image.tag="+tag, "--set", "plugin.image.pullPolicy=Never",
-		"--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true",
-		"--wait", "--timeout", "5m"); err != nil {
+	args := append([]string{"install", nvidiaRelease, chart, "-n", nvidiaNS, "-f", filepath.Join(chart, "values-mock.yaml"), "-f", values,
+		"--wait", "--timeout", "5m"}, e.imageArgs()...)
+	if out, err := e.helm(ctx, args...); err != nil {
 		t.Fatalf("installing the stand-in for NVIDIA's driver: %v\n%s", err, out)
 	}
 }
@@ -194,11 +202,8 @@ func (e *env) installNVIDIAStandIn(ctx context.Context, t *testing.T) {
 func (e *env) helmCompat(ctx context.Context, t *testing.T, extra ...string) {
 	t.Helper()
 	chart := filepath.Join(e.root, "deployments/helm/accel-dra")
-	repo, tag, _ := strings.Cut(e.plugin, ":")
 	args := append([]string{"upgrade", "--install", release, chart, "-n", releaseNS, "-f", filepath.Join(chart, "values-mock.yaml"),
-		"--set", "plugin.image.repository=" + repo, "--set", "plugin.image.tag=" + tag, "--set", "plugin.image.pullPolicy=Never",
-		"--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true",
-		"--wait", "--timeout", "5m"}, compatValues...)
+		"--wait", "--timeout", "5m"}, append(e.imageArgs(), compatValues...)...)
 	if out, err := e.helm(ctx, append(args, extra...)...); err != nil {
 		t.Fatalf("helm upgrade --install %s: %v\n%s", strings.Join(extra, " "), err, out)
 	}
@@ -213,16 +218,6 @@ func (e *env) kubectl(ctx context.Context, t *testing.T, args ...string) string 
 	out, err := e.cmd(ctx, nil, filepath.Join(e.kubeBin, "kubectl"), append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-// execOn runs a command in one of the cluster's nodes.
-func (e *env) execOn(ctx context.Context, t *testing.T, node string, args ...string) string {
-	t.Helper()
-	out, err := e.cmd(ctx, nil, "docker", append([]string{"exec", node}, args...)...)
-	if err != nil {
-		t.Fatalf("in node %s: %s: %v\n%s", node, strings.Join(args, " "), err, out)
 	}
 	return out
 }
