@@ -51,6 +51,7 @@ func TestKind(t *testing.T) {
 	// Each installs the release afresh with a driver root of its own and uninstalls it.
 	t.Run("ForeignLibc", func(t *testing.T) { e.testForeignLibc(ctx, t) })
 	t.Run("LateDriverRoot", func(t *testing.T) { e.testLateDriverRoot(ctx, t) })
+	t.Run("DeviceLayouts", func(t *testing.T) { e.testDeviceLayouts(ctx, t) })
 }
 
 // gpuScript prints, in sections, what a CUDA program would look for.
@@ -82,51 +83,59 @@ func sections(out string) map[string][]string {
 // and nvidia-smi lists exactly its GPUs.
 func (e *env) testGPUPod(ctx context.Context, t *testing.T) {
 	for _, count := range []int64{1, 2} {
-		t.Run(fmt.Sprintf("%dGPU", count), func(t *testing.T) {
-			name := fmt.Sprintf("gpu-pod-%d", count)
-			e.runPod(ctx, t, name, gpuClass, count, gpuScript)
-			out := e.podOutput(ctx, ns, name, 3*time.Minute)
-			t.Logf("container output:\n%s", out)
-			sec := sections(out)
-			if _, ok := sec["end"]; !ok {
-				t.Fatalf("the script did not finish:\n%s", out)
-			}
-			devs := e.allocated(ctx, t, name)
-			if int64(len(devs)) != count {
-				t.Fatalf("claim of pod %s has %d devices, want %d", name, len(devs), count)
-			}
-			var wantDev []string
-			var uuids []string
-			for _, d := range devs {
-				wantDev = append(wantDev, "nvidia"+strings.TrimPrefix(d.name, "gpu-"))
-				uuids = append(uuids, d.uuid)
-			}
-			slices.Sort(wantDev)
-			if got := sec["ldconfig"]; !slices.Contains(got, "libcuda.so.1") || !slices.Contains(got, "libnvidia-ml.so.1") {
-				t.Errorf("ldconfig -p in the container lists %q, want libcuda.so.1 and libnvidia-ml.so.1 (the update-ldcache hook)", got)
-			}
-			if got := sorted(sec["dev"]); !slices.Equal(got, wantDev) {
-				t.Errorf("the container has GPU nodes %q, want exactly its claim's %q", got, wantDev)
-			}
-			if got := sorted(sec["ctl"]); !slices.Equal(got, []string{"nvidia-uvm", "nvidiactl"}) {
-				t.Errorf("the container has control nodes %q, want nvidiactl and nvidia-uvm", got)
-			}
-			smi := sec["smi"]
-			if len(smi) != len(uuids) {
-				t.Errorf("nvidia-smi -L lists %d GPUs, want %d:\n%s", len(smi), len(uuids), strings.Join(smi, "\n"))
-			}
-			for _, u := range uuids {
-				found := false
-				for _, l := range smi {
-					found = found || strings.Contains(l, "(UUID: "+u+")")
-				}
-				if !found {
-					t.Errorf("nvidia-smi -L does not list the claim's GPU %s:\n%s", u, strings.Join(smi, "\n"))
-				}
-			}
-			e.deletePod(ctx, t, name)
-		})
+		t.Run(fmt.Sprintf("%dGPU", count), func(t *testing.T) { e.checkGPUPod(ctx, t, fmt.Sprintf("gpu-pod-%d", count), count, nil) })
 	}
+}
+
+// checkGPUPod runs a pod with a claim of count GPUs and checks that its container has exactly
+// the claim's GPUs (their nodes, and nvidia-smi lists them), the control nodes and the
+// driver's libraries, and what also checks (if not nil) while it runs, then deletes it.
+func (e *env) checkGPUPod(ctx context.Context, t *testing.T, name string, count int64, also func(devs []allocatedDevice)) {
+	t.Helper()
+	e.runPod(ctx, t, name, gpuClass, count, gpuScript)
+	out := e.podOutput(ctx, ns, name, 3*time.Minute)
+	t.Logf("container output:\n%s", out)
+	sec := sections(out)
+	if _, ok := sec["end"]; !ok {
+		t.Fatalf("the script did not finish:\n%s", out)
+	}
+	devs := e.allocated(ctx, t, name)
+	if int64(len(devs)) != count {
+		t.Fatalf("claim of pod %s has %d devices, want %d", name, len(devs), count)
+	}
+	var wantDev []string
+	var uuids []string
+	for _, d := range devs {
+		wantDev = append(wantDev, "nvidia"+strings.TrimPrefix(d.name, "gpu-"))
+		uuids = append(uuids, d.uuid)
+	}
+	slices.Sort(wantDev)
+	if got := sec["ldconfig"]; !slices.Contains(got, "libcuda.so.1") || !slices.Contains(got, "libnvidia-ml.so.1") {
+		t.Errorf("ldconfig -p in the container lists %q, want libcuda.so.1 and libnvidia-ml.so.1 (the update-ldcache hook)", got)
+	}
+	if got := sorted(sec["dev"]); !slices.Equal(got, wantDev) {
+		t.Errorf("the container has GPU nodes %q, want exactly its claim's %q", got, wantDev)
+	}
+	if got := sorted(sec["ctl"]); !slices.Equal(got, []string{"nvidia-uvm", "nvidiactl"}) {
+		t.Errorf("the container has control nodes %q, want nvidiactl and nvidia-uvm", got)
+	}
+	smi := sec["smi"]
+	if len(smi) != len(uuids) {
+		t.Errorf("nvidia-smi -L lists %d GPUs, want %d:\n%s", len(smi), len(uuids), strings.Join(smi, "\n"))
+	}
+	for _, u := range uuids {
+		found := false
+		for _, l := range smi {
+			found = found || strings.Contains(l, "(UUID: "+u+")")
+		}
+		if !found {
+			t.Errorf("nvidia-smi -L does not list the claim's GPU %s:\n%s", u, strings.Join(smi, "\n"))
+		}
+	}
+	if also != nil {
+		also(devs)
+	}
+	e.deletePod(ctx, t, name)
 }
 
 // testNPUPod: an NPU container gets the Ascend driver's mounts and exactly its claim's

@@ -66,6 +66,10 @@ type Options struct {
 	// finds there (nvmlmock.WithDriverRoot), as NVML reports the version of the library loaded;
 	// without one, its profile's.
 	NVIDIADriverRoot string
+	// NVIDIAHostDriverRoot is NVIDIADriverRoot as the host sees it ("": the same path), the
+	// host path of device nodes found under its dev/ (the GPU operator's layout: nvml's
+	// WithDriverRoot).
+	NVIDIAHostDriverRoot string
 	// MockDir is where npu-mock generates its tree; default <os.TempDir()>/accel-dra-npu-mock/
 	// <NodeName>, one per node so that nodes sharing a host do not rewrite each other's tree.
 	// Both mocks read injected faults from its health.FaultDir (docs/health.md); the mock
@@ -110,13 +114,13 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 		return nil, fmt.Errorf("unknown device backend %q: valid backends are %s", o.Name, strings.Join(Names(), ", "))
 	}
 	if o.Name != NVML && o.Name != Mock {
-		o.NVIDIADriverRoot = ""
+		o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot = "", ""
 	}
 	if o.NodeName == "" && o.Name != NVML {
 		return nil, fmt.Errorf("device backend %s: node name is required", o.Name)
 	}
 	klog.FromContext(ctx).Info("Starting device backend", "backend", o.Name, "mockProfile", o.MockProfile,
-		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "nvidiaProcRoot", o.NVIDIAProcRoot, "nvidiaDriverRoot", o.NVIDIADriverRoot, "mockDir", o.MockDir)
+		"sysRoot", o.SysRoot, "devRoot", o.DevRoot, "nvidiaProcRoot", o.NVIDIAProcRoot, "nvidiaDriverRoot", o.NVIDIADriverRoot, "nvidiaHostDriverRoot", o.NVIDIAHostDriverRoot, "mockDir", o.MockDir)
 
 	// Each branch returns its error before converting, so that a typed nil never becomes a
 	// non-nil device.Backend.
@@ -129,21 +133,32 @@ func New(ctx context.Context, o Options) (device.Backend, error) {
 				return nil, err
 			}
 		}
-		b, err := nvml.NewFromSystem(ctx, lib, o.SysRoot, o.DevRoot, nvml.WithProc(os.DirFS(cmp.Or(o.NVIDIAProcRoot, nvml.DefaultProcRoot))))
+		b, err := nvml.NewFromSystem(ctx, lib, o.SysRoot, o.DevRoot, nvml.WithProc(os.DirFS(cmp.Or(o.NVIDIAProcRoot, nvml.DefaultProcRoot))),
+			nvml.WithDriverRoot(o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot))
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	case Mock:
 		var opts []nvmlmock.Option
-		if o.NVIDIADriverRoot != "" {
-			opts = append(opts, nvmlmock.WithDriverRoot(o.NVIDIADriverRoot))
+		root, hostRoot := o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot
+		if root != "" {
+			opts = append(opts, nvmlmock.WithDriverRoot(root))
 		}
 		if o.MockDir != "" {
 			opts = append(opts, nvmlmock.WithFaultDir(filepath.Join(o.MockDir, health.FaultDir)))
 			// MIG instances outlive the plugin on a real GPU; on the mock they live here.
 			opts = append(opts, nvmlmock.WithStateDir(o.MockDir))
+			if root == "" {
+				// The mock installs its own driver, into the root the plugin generates under
+				// MockDir (nvmlmock.GeneratedDriverRoot), and so makes the nodes as a driver
+				// container does: in that root's dev/, which the host sees at the same path.
+				root, hostRoot = nvmlmock.GeneratedDriverRoot(o.MockDir), ""
+				opts = append(opts, nvmlmock.WithDevNodes(filepath.Join(root, "dev")))
+			}
 		}
+		// The machine's nodes are files on this host, found only where a layout put them.
+		opts = append(opts, nvmlmock.WithHost(o.DevRoot, root, hostRoot))
 		return nvmlmock.New(o.MockProfile, o.NodeName, opts...)
 	case NPU:
 		b, err := npu.New(npu.Config{SysRoot: o.SysRoot, DevRoot: o.DevRoot, NodeName: o.NodeName, DriverVersionFile: filepath.Join(cmp.Or(o.AscendDriverRoot, "/"), npu.DefaultDriverVersionFile)})

@@ -3,6 +3,8 @@ package backend
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -137,5 +139,92 @@ func TestNewNVML(t *testing.T) {
 	}
 	if !errors.Is(err, nvml.ErrLibraryNotFound) && !strings.Contains(err.Error(), "kernel driver") {
 		t.Errorf("error %v does not wrap nvml.ErrLibraryNotFound", err)
+	}
+}
+
+// TestMockDeviceLayouts runs the GPU mock as the plugin does, its device nodes files on this
+// host laid out as each way of installing the driver lays them out, and checks that every GPU
+// is published with the host path of a node that exists on the host:
+//   - generate: the mock installs its own driver into a root under the mock directory, nodes in
+//     its dev/, as a driver container does;
+//   - operator: the GPU operator's driver root (seen through the chart's mount of its parent),
+//     nodes only under its dev/, none in the host's /dev;
+//   - host: the driver on the host (root "/"), nodes in the host's /dev;
+//   - nowhere: nothing created the nodes; they are built from /proc/devices, without a host path.
+func TestMockDeviceLayouts(t *testing.T) {
+	const opRoot = "/run/nvidia/driver"
+	s, err := nvmlmock.NewServer(DefaultMockProfile, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// driverRoot returns a driver root with the mock driver installed, and dev/ (with the
+	// machine's nodes if nodes).
+	driverRoot := func(t *testing.T, dev, nodes bool) string {
+		root := filepath.Join(t.TempDir(), "driver")
+		if err := nvmlmock.WriteDriver(root, "575.57.08"); err != nil {
+			t.Fatal(err)
+		}
+		if dev {
+			if err := os.Mkdir(filepath.Join(root, "dev"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if nodes {
+			if err := s.WriteDevNodes(filepath.Join(root, "dev")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	hostDev := func(t *testing.T, nodes bool) string {
+		dir := t.TempDir()
+		if nodes {
+			if err := s.WriteDevNodes(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	tests := map[string]func(t *testing.T) (o Options, hostPath string){
+		"generate": func(t *testing.T) (Options, string) {
+			dir := t.TempDir()
+			return Options{MockDir: dir, DevRoot: hostDev(t, false)}, nvmlmock.GeneratedDriverRoot(dir) + "/dev/nvidia3"
+		},
+		"operator": func(t *testing.T) (Options, string) {
+			return Options{NVIDIADriverRoot: driverRoot(t, true, true), NVIDIAHostDriverRoot: opRoot, DevRoot: hostDev(t, false)}, opRoot + "/dev/nvidia3"
+		},
+		"host": func(t *testing.T) (Options, string) {
+			return Options{NVIDIADriverRoot: driverRoot(t, true, false), NVIDIAHostDriverRoot: "/", DevRoot: hostDev(t, true)}, ""
+		},
+		"nowhere": func(t *testing.T) (Options, string) {
+			return Options{NVIDIADriverRoot: driverRoot(t, true, false), NVIDIAHostDriverRoot: opRoot, DevRoot: hostDev(t, false)}, ""
+		},
+	}
+	for name, setup := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, wantHost := setup(t)
+			o.Name, o.NodeName = Mock, "node-a"
+			b, err := New(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			inv, err := b.Enumerate(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(inv.Devices) != 8 || len(inv.Failed) != 0 {
+				t.Fatalf("published %d GPUs, failed %v; want 8 and none failed", len(inv.Devices), inv.Failed)
+			}
+			got := inv.Lookup()["gpu-3"].Nodes[0]
+			if want := (device.Node{Path: "/dev/nvidia3", HostPath: wantHost, Type: "c", Major: 195, Minor: 3}); got != want {
+				t.Errorf("gpu-3's node = %+v, want %+v", got, want)
+			}
+			if name == "generate" {
+				if _, err := os.Stat(got.HostPath); err != nil {
+					t.Errorf("the host path of gpu-3's node: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -40,11 +40,16 @@ type Node struct {
 	FileMode fs.FileMode `json:"-"`
 }
 
-// Same reports whether n and o are the same device special file: the same paths and numbers.
-// The mode is how the runtime creates the node, not which device it is, and checkpoint records
-// of plugins before FileMode have none.
+// Same reports whether n and o are the same device special file: the same path in the
+// container and the same numbers. The mode is how the runtime creates the node, not which
+// device it is, and checkpoint records of plugins before FileMode have none. The host path is
+// where the node is on the host, which the driver's layout decides (the host's /dev, or the GPU
+// operator's driver root, devroot.go in the nvml backend) and an upgrade of the plugin or a
+// move to the operator may change under a prepared claim: the runtime gets the numbers, so the
+// device is the same.
 func (n Node) Same(o Node) bool {
 	n.FileMode, o.FileMode = 0, 0
+	n.HostPath, o.HostPath = "", ""
 	return n == o
 }
 

@@ -76,7 +76,7 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 			if err != nil {
 				return nil, err
 			}
-			s.nvidia.DriverRoot, s.nvidia.HostDriverRoot = filepath.Join(o.MockDir, "nvidia-driver-root"), ""
+			s.nvidia.DriverRoot, s.nvidia.HostDriverRoot = nvmlmock.GeneratedDriverRoot(o.MockDir), ""
 			var opts []nvmlmock.DriverRootOption
 			tools, err := mockTools(o)
 			if err != nil {
@@ -104,7 +104,7 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 		// NVML by the full path of the root's library, looked up anew for each backend: an
 		// upgrade replaces the versioned file.
 		opts := backend.Options{Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName, SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir,
-			NVIDIADriverRoot: s.nvidia.DriverRoot}
+			NVIDIADriverRoot: s.nvidia.DriverRoot, NVIDIAHostDriverRoot: s.nvidia.HostDriverRoot}
 		s.openNVML = func(ctx context.Context) (nvml.Interface, func(), error) {
 			b, err := backend.New(ctx, opts)
 			if err != nil {

@@ -277,6 +277,15 @@ func (o *Options) backendDriverRoot() string {
 	return ""
 }
 
+// backendHostDriverRoot is backendDriverRoot as the host sees it: the host path of the device
+// nodes the backend finds under its dev/.
+func (o *Options) backendHostDriverRoot() string {
+	if o.backendDriverRoot() == "" {
+		return ""
+	}
+	return o.NVIDIAHostDriverRoot
+}
+
 func defaultIgnoredXIDs() []uint {
 	out := make([]uint, len(health.DefaultIgnoredXIDs))
 	for i, x := range health.DefaultIgnoredXIDs {

@@ -79,7 +79,7 @@ func Run(ctx context.Context, o *Options) error {
 	be, err := backend.New(ctx, backend.Options{
 		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
 		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir, AscendDriverRoot: o.AscendDriverRoot,
-		NVIDIAProcRoot: o.NVIDIAProcRoot, NVIDIADriverRoot: o.backendDriverRoot(),
+		NVIDIAProcRoot: o.NVIDIAProcRoot, NVIDIADriverRoot: o.backendDriverRoot(), NVIDIAHostDriverRoot: o.backendHostDriverRoot(),
 	})
 	if err != nil {
 		return fmt.Errorf("device backend %q: %w", o.Backend, err)

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -40,12 +39,12 @@ const capsDriver = "nvidia-caps"
 // the nvidia-caps major and the MIG capabilities are read. Without it a MIG device's nodes
 // cannot be built, so a GPU in MIG mode with MIG devices cannot be enumerated and no compute
 // instance can be prepared.
-func WithProc(fsys fs.FS) Option { return func(b *Backend) { b.proc = fsys } }
+func WithProc(fsys fs.FS) Option { return func(b *Backend) { b.nodes.proc = fsys } }
 
 // capNodes are the GPU- and compute-instance nodes of a MIG device of the GPU with minor
 // gpuMinor.
 func (b *Backend) capNodes(gpuMinor, gi, ci int) ([]device.Node, error) {
-	if b.proc == nil {
+	if b.nodes.proc == nil {
 		return nil, fmt.Errorf("MIG capabilities of gpu minor %d: no proc filesystem configured", gpuMinor)
 	}
 	major, err := b.capsMajor()
@@ -67,14 +66,13 @@ func (b *Backend) capNodes(gpuMinor, gi, ci int) ([]device.Node, error) {
 // capsMajor reads the nvidia-caps major. It is read each time rather than once: the kernel
 // allocates it when the driver loads, so a driver reload may change it.
 func (b *Backend) capsMajor() (int64, error) {
-	f, err := b.proc.Open("devices")
+	majors, err := b.nodes.majors()
 	if err != nil {
 		return 0, fmt.Errorf("MIG capabilities: %w", err)
 	}
-	defer f.Close()
-	major, err := devnode.CharMajor(f, capsDriver)
-	if err != nil {
-		return 0, fmt.Errorf("MIG capabilities: %w: is the NVIDIA driver loaded?", err)
+	major, ok := majors[capsDriver]
+	if !ok {
+		return 0, fmt.Errorf("MIG capabilities: no character device %s in /proc/devices: is the NVIDIA driver loaded?", capsDriver)
 	}
 	return major, nil
 }
@@ -83,7 +81,7 @@ func (b *Backend) capsMajor() (int64, error) {
 // the proc root.
 func (b *Backend) capNode(major int64, rel string) (device.Node, error) {
 	name := "/proc/" + rel
-	data, err := fs.ReadFile(b.proc, rel)
+	data, err := fs.ReadFile(b.nodes.proc, rel)
 	if err != nil {
 		return device.Node{}, fmt.Errorf("MIG capability: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -37,14 +36,14 @@ var controlNodes = []struct {
 	{name: "nvidia-modeset", optional: true},
 }
 
-// controlResolver looks the control nodes up: a stat each, and /proc/devices for a missing one.
+// controlResolver looks the control nodes up: a stat each (where the driver's layout puts
+// them, devroot.go), and /proc/devices for a missing one.
 // It holds no NVML, so it answers after the backend is closed.
 type controlResolver struct {
-	stat    StatFunc
-	devRoot string
-	// proc is the host's /proc (WithProc; the kernel has one /proc/devices for all namespaces, so
-	// a plugin in a container reads the host's); nil: a missing control node is left out.
-	proc   fs.FS
+	// nodes' proc is the host's /proc (WithProc; the kernel has one /proc/devices for all
+	// namespaces, so a plugin in a container reads the host's); nil: a missing control node is
+	// left out.
+	nodes  nodeFinder
 	logger logr.Logger
 
 	mu   sync.Mutex
@@ -53,7 +52,7 @@ type controlResolver struct {
 }
 
 func (b *Backend) controlResolver(logger logr.Logger) *controlResolver {
-	return &controlResolver{stat: b.stat, devRoot: b.devRoot, proc: b.proc, logger: logger}
+	return &controlResolver{nodes: b.nodes, logger: logger}
 }
 
 // resolve returns the control nodes as they are now. A node neither in /dev nor (for a module)
@@ -64,7 +63,7 @@ func (r *controlResolver) resolve() ([]device.Node, error) {
 	var majors map[string]int64
 	var missing []string
 	for _, c := range controlNodes {
-		n, err := statNode(r.stat, r.devRoot, c.name)
+		n, err := r.nodes.find(c.name)
 		switch {
 		case err == nil:
 			out = append(out, n)
@@ -94,19 +93,14 @@ func (r *controlResolver) resolve() ([]device.Node, error) {
 // majors returns the character majors of /proc/devices; none if it cannot be read, which is
 // logged: the nodes that exist are still found.
 func (r *controlResolver) majors() map[string]int64 {
-	if r.proc == nil {
+	if r.nodes.proc == nil {
 		return nil
 	}
-	f, err := r.proc.Open("devices")
-	if err == nil {
-		defer f.Close()
-		var out map[string]int64
-		if out, err = devnode.CharMajors(f); err == nil {
-			return out
-		}
+	out, err := r.nodes.majors()
+	if err != nil {
+		r.logger.Error(err, "Cannot read the kernel's device majors; control nodes missing from /dev are left out")
 	}
-	r.logger.Error(err, "Cannot read the kernel's device majors; control nodes missing from /dev are left out")
-	return nil
+	return out
 }
 
 // logChange logs the control nodes when they differ from the previous look-up (at the first,

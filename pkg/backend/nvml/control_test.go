@@ -76,7 +76,7 @@ func TestResolveControlNodes(t *testing.T) {
 			if tc.procErr != nil {
 				proc = errFS{tc.procErr}
 			}
-			r := &controlResolver{stat: stat, devRoot: "/host/dev", logger: logr.Discard(), proc: proc}
+			r := &controlResolver{nodes: nodeFinder{stat: stat, devRoot: "/host/dev", proc: proc}, logger: logr.Discard()}
 			got, err := r.resolve()
 			if tc.wantErr != "" {
 				if err == nil || !errors.Is(err, tc.statErr) {
@@ -106,7 +106,7 @@ func BenchmarkResolveControlNodes(b *testing.B) {
 	}
 	for name, root := range map[string]string{"present": present, "missing": b.TempDir()} {
 		b.Run(name, func(b *testing.B) {
-			r := &controlResolver{stat: StatDevice, devRoot: root, proc: os.DirFS("/proc"), logger: logr.Discard()}
+			r := &controlResolver{nodes: nodeFinder{stat: StatDevice, devRoot: root, proc: os.DirFS("/proc")}, logger: logr.Discard()}
 			for b.Loop() {
 				if _, err := r.resolve(); err != nil {
 					b.Fatal(fmt.Errorf("resolve: %w", err))

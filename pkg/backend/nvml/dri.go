@@ -36,7 +36,7 @@ func (b *Backend) driNodes(ctx context.Context, busID string) []device.Node {
 	sort.Strings(names)
 	var nodes []device.Node
 	for _, name := range names {
-		n, err := b.node(path.Join("dri", name))
+		n, err := b.nodes.find(path.Join("dri", name))
 		if err != nil {
 			klog.FromContext(ctx).Info("GPU DRM node listed in sysfs but not usable, leaving it out", "pciBusID", busID, "node", n.Path, "err", err)
 			continue

@@ -12,9 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
-	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 
 	nvdevice "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
@@ -42,14 +41,12 @@ func StatDevice(path string) (string, int64, int64, error) {
 
 // Backend implements device.Backend with NVML.
 type Backend struct {
-	lib     nvml.Interface
-	sysfs   fs.ReadLinkFS
-	devRoot string
-	stat    StatFunc
-	// proc is the host's /proc: /proc/devices for the majors of nodes the runtime must create
-	// (control nodes missing from devRoot, control.go; the MIG devices' caps nodes, caps.go)
-	// and the driver's capabilities files.
-	proc fs.FS
+	lib   nvml.Interface
+	sysfs fs.ReadLinkFS
+	// nodes finds device nodes (devroot.go); its proc is the host's /proc: /proc/devices for
+	// the majors of nodes the runtime must create (control nodes missing from every dev root,
+	// control.go; the MIG devices' caps nodes, caps.go) and the driver's capabilities files.
+	nodes nodeFinder
 
 	// mu serialises NVML use: Init/Shutdown pair up once, and Enumerate may be called from more
 	// than one goroutine.
@@ -63,14 +60,14 @@ var _ device.Backend = (*Backend)(nil)
 type Option func(*Backend)
 
 // WithStat replaces the stat of device nodes, for mocks whose nodes do not exist on the host.
-func WithStat(f StatFunc) Option { return func(b *Backend) { b.stat = f } }
+func WithStat(f StatFunc) Option { return func(b *Backend) { b.nodes.stat = f } }
 
 // New returns a backend over lib. sysfs is the host's /sys (os.DirFS("/sys") on a real node);
 // devRoot is where the host's /dev is visible to this process, used only to stat nodes: the
-// published paths are always /dev/<name>, the container's and the host's view. NVML is
-// initialised on the first Enumerate.
+// published paths are always /dev/<name>, the container's view, with the host's path where it
+// differs (WithDriverRoot). NVML is initialised on the first Enumerate.
 func New(lib nvml.Interface, sysfs fs.ReadLinkFS, devRoot string, opts ...Option) *Backend {
-	b := &Backend{lib: lib, sysfs: sysfs, devRoot: devRoot, stat: StatDevice}
+	b := &Backend{lib: lib, sysfs: sysfs, nodes: nodeFinder{devRoot: devRoot, stat: StatDevice}}
 	for _, o := range opts {
 		o(b)
 	}
@@ -270,9 +267,12 @@ func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string)
 		return d, callError("GetMemoryInfo", i, ret)
 	}
 	d.MemoryBytes = int64(mem.Total)
-	n, err := b.node(fmt.Sprintf("nvidia%d", devMinor))
+	n, built, err := b.nodes.gpuNode(devMinor)
 	if err != nil {
 		return d, fmt.Errorf("gpu index %d: %w", i, err)
+	}
+	if built {
+		logger.Info("GPU device node in no dev root: giving containers one built from /proc/devices and NVML's minor (nvidia-modprobe -c="+strconv.Itoa(devMinor)+" or nvidia-ctk system create-device-nodes makes it on the host)", "node", n.Path, "major", n.Major, "minor", n.Minor)
 	}
 	d.Nodes = append([]device.Node{n}, b.driNodes(ctx, busID)...)
 
@@ -292,20 +292,6 @@ func (b *Backend) enumerateOne(ctx context.Context, i int, driverVersion string)
 		logger.V(2).Info("No NUMA node for GPU, publishing none", "pciBusID", busID, "err", err)
 	}
 	return d, nil
-}
-
-// node stats /dev/<name> under devRoot. The returned Node's Path is set even on error so that
-// callers can log it.
-func (b *Backend) node(name string) (device.Node, error) { return statNode(b.stat, b.devRoot, name) }
-
-func statNode(stat StatFunc, devRoot, name string) (device.Node, error) {
-	n := device.Node{Path: path.Join("/dev", name)}
-	typ, major, minor, err := stat(filepath.Join(devRoot, name))
-	if err != nil {
-		return n, fmt.Errorf("device node %s: %w", n.Path, err)
-	}
-	n.Type, n.Major, n.Minor = typ, major, minor
-	return n, nil
 }
 
 // ArchitectureName maps NVML's architecture enum to the marketing name used in the

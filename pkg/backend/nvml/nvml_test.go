@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -275,14 +278,16 @@ func TestArchitectureNotSupported(t *testing.T) {
 	}
 }
 
-// TestDeviceNodes checks the handling of missing and broken device nodes.
+// TestDeviceNodes checks the handling of missing and broken device nodes, laid out as files in
+// a host's /dev (nvmlmock.WriteDevNodes) and found by the mock's stat of the real file system.
 func TestDeviceNodes(t *testing.T) {
 	tests := map[string]struct {
-		missing  string
-		statErr  error
-		wantErr  []string
-		wantCtl  []string
-		wantNode string
+		missing string
+		statErr error
+		// proc: the host's /proc is configured, so a node in no dev root is built from it.
+		proc    bool
+		wantErr []string
+		wantCtl []string
 		// wantFailed is the device that must be reported in Failed.
 		wantFailed string
 	}{
@@ -297,10 +302,15 @@ func TestDeviceNodes(t *testing.T) {
 			missing: "nvidia-modeset",
 			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
 		},
-		"missing device node fails that device": {
+		"missing device node without /proc fails that device": {
 			missing:    "nvidia2",
 			wantCtl:    []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
 			wantFailed: "gpu-2",
+		},
+		"missing device node is built from /proc/devices": {
+			missing: "nvidia2",
+			proc:    true,
+			wantCtl: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
 		},
 		"unreadable control node is an error": {
 			missing: "nvidiactl",
@@ -311,19 +321,28 @@ func TestDeviceNodes(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := server(t, "a100-8x")
+			dev := t.TempDir()
+			if err := s.WriteDevNodes(dev); err != nil {
+				t.Fatal(err)
+			}
+			if tc.missing != "" && tc.statErr == nil {
+				if err := os.Remove(filepath.Join(dev, tc.missing)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var statted []string
 			stat := func(p string) (string, int64, int64, error) {
 				statted = append(statted, p)
-				if path.Base(p) == tc.missing {
-					err := tc.statErr
-					if err == nil {
-						err = fs.ErrNotExist
-					}
-					return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: err}
+				if tc.statErr != nil && path.Base(p) == tc.missing {
+					return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: tc.statErr}
 				}
-				return s.Stat(p)
+				return nvmlmock.StatFile(p)
 			}
-			b := nvmlbackend.New(s.Interface, s.SysFS, "/host/dev", nvmlbackend.WithStat(stat))
+			opts := []nvmlbackend.Option{nvmlbackend.WithStat(stat)}
+			if tc.proc {
+				opts = append(opts, nvmlbackend.WithProc(s.ProcFS()))
+			}
+			b := nvmlbackend.New(s.Interface, s.SysFS, dev, opts...)
 			inv, err := b.Enumerate(context.Background())
 			if len(tc.wantErr) > 0 {
 				if err == nil {
@@ -351,8 +370,8 @@ func TestDeviceNodes(t *testing.T) {
 			}
 			// The dev root is where nodes are statted, not where containers see them.
 			for _, p := range statted {
-				if !strings.HasPrefix(p, "/host/dev/") {
-					t.Errorf("statted %q, outside the dev root /host/dev", p)
+				if !strings.HasPrefix(p, dev+"/") {
+					t.Errorf("statted %q, outside the dev root %s", p, dev)
 				}
 			}
 			var failed []string
@@ -362,8 +381,107 @@ func TestDeviceNodes(t *testing.T) {
 			if want := []string{tc.wantFailed}; tc.wantFailed != "" && !cmp.Equal(failed, want) || tc.wantFailed == "" && len(failed) > 0 {
 				t.Errorf("failed devices = %v, want %q", failed, tc.wantFailed)
 			}
-			if got := inv.Lookup()["gpu-5"].Nodes[0]; got.Path != "/dev/nvidia5" || got.Major != 195 || got.Minor != 5 || got.Type != "c" {
-				t.Errorf("gpu-5 node = %+v", got)
+			for _, name := range []string{"gpu-2", "gpu-5"} {
+				d, ok := inv.Lookup()[name]
+				if name == tc.wantFailed {
+					continue
+				}
+				if !ok {
+					t.Fatalf("%s not enumerated", name)
+				}
+				minor := int64(d.Number)
+				if got, want := d.Nodes[0], (device.Node{Path: "/dev/nvidia" + strconv.Itoa(d.Number), Type: "c", Major: 195, Minor: minor}); got != want {
+					t.Errorf("%s node = %+v, want %+v", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDeviceNodeLayouts lays a mock machine's nodes out as each way of installing the driver
+// does, and checks that every GPU is found, with the host path the runtime can use:
+//   - host: a driver installed on the host, nodes in the host's /dev (the driver root is "/",
+//     mounted into the plugin somewhere, which must not count as a dev root);
+//   - operator: the GPU operator's driver container, nodes only under its root's dev/, which the
+//     host sees at /run/nvidia/driver/dev (NVIDIA/gpu-operator#1741);
+//   - operator, DRM: the kernel's DRM nodes are in the host's devtmpfs whatever the layout;
+//   - root without dev/: a driver root that is no dev root (a package tree) leaves the nodes to
+//     the host's /dev;
+//   - nowhere: nothing created the nodes yet; they are built from /proc/devices and NVML.
+func TestDeviceNodeLayouts(t *testing.T) {
+	const opRoot = "/run/nvidia/driver"
+	tests := map[string]struct {
+		profile string
+		// hostDev, driverDev: lay the machine's nodes out in the host's /dev, the driver root's dev/.
+		hostDev, driverDev bool
+		// noDriverDevDir: the driver root has no dev/ at all.
+		noDriverDevDir bool
+		hostRoot       string
+		// wantHost is the host path of gpu-3's node; the DRM nodes' are always the container's.
+		wantHost string
+	}{
+		"host":                 {profile: "h100-8x-2numa", hostDev: true, hostRoot: "/"},
+		"operator":             {profile: "h100-8x-2numa", driverDev: true, hostRoot: opRoot, wantHost: opRoot + "/dev/nvidia3"},
+		"operator, DRM":        {profile: "h100-8x-2numa-drm", driverDev: true, hostRoot: opRoot, wantHost: opRoot + "/dev/nvidia3"},
+		"operator, both":       {profile: "h100-8x-2numa", hostDev: true, driverDev: true, hostRoot: opRoot, wantHost: opRoot + "/dev/nvidia3"},
+		"root without dev/":    {profile: "h100-8x-2numa", hostDev: true, noDriverDevDir: true, hostRoot: "/opt/nvidia"},
+		"nowhere":              {profile: "h100-8x-2numa", hostRoot: opRoot},
+		"nowhere, no dev root": {profile: "h100-8x-2numa", noDriverDevDir: true, hostRoot: "/"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := server(t, tc.profile)
+			hostDev, driverRoot := t.TempDir(), t.TempDir()
+			driverDev := filepath.Join(driverRoot, "dev")
+			if !tc.noDriverDevDir {
+				if err := os.Mkdir(driverDev, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.driverDev {
+				if err := s.WriteDevNodes(driverDev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.hostDev {
+				if err := s.WriteDevNodes(hostDev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.WriteDRMNodes(hostDev); err != nil {
+				t.Fatal(err)
+			}
+			drm := 0
+			for _, n := range s.DevNodes() {
+				if strings.HasPrefix(n.Name, "dri/") {
+					drm++
+				}
+			}
+			b := nvmlbackend.New(s.Interface, s.SysFS, hostDev, nvmlbackend.WithStat(nvmlmock.StatFile), nvmlbackend.WithProc(s.ProcFS()),
+				nvmlbackend.WithDriverRoot(driverRoot, tc.hostRoot))
+			inv, err := b.Enumerate(context.Background())
+			if err != nil {
+				t.Fatalf("Enumerate: %v", err)
+			}
+			if len(inv.Failed) > 0 || len(inv.Devices) != 8 {
+				t.Fatalf("enumerated %d GPUs, failed %v; want 8 and none failed", len(inv.Devices), inv.Failed)
+			}
+			d := inv.Lookup()["gpu-3"]
+			if got, want := d.Nodes[0], (device.Node{Path: "/dev/nvidia3", HostPath: tc.wantHost, Type: "c", Major: 195, Minor: 3}); got != want {
+				t.Errorf("gpu-3 node = %+v, want %+v", got, want)
+			}
+			if got := len(d.Nodes) - 1; got != drm/8 {
+				t.Errorf("gpu-3 has %d DRM nodes, want %d", got, drm/8)
+			}
+			for _, n := range d.Nodes[1:] {
+				if !n.DRM() || n.HostPath != "" {
+					t.Errorf("gpu-3's DRM node %+v: want a DRM node from the host's /dev", n)
+				}
+			}
+			for _, n := range inv.ControlNodes {
+				if n.Path == "/dev/nvidiactl" && n.HostPath != strings.TrimSuffix(tc.wantHost, "nvidia3")+map[bool]string{true: "nvidiactl", false: ""}[tc.wantHost != ""] {
+					t.Errorf("control node %+v: want the host path beside gpu-3's (%q)", n, tc.wantHost)
+				}
 			}
 		})
 	}

@@ -1,12 +1,18 @@
 package nvmlmock
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 )
 
 // UVMState is how far the nvidia-uvm kernel module is set up on the mock machine. The module is
@@ -25,20 +31,27 @@ const (
 	UVMNotLoaded
 )
 
-// devNodes are the machine's /dev and /proc/devices: what a stat of a node and the kernel's
-// list of character majors answer. It is apart from the Server so that what the plugin keeps to
-// look at nodes again after enumeration does not hold the whole machine.
+// devNodes are the machine's device nodes and /proc/devices: which nodes its driver install
+// creates, with which numbers, and the kernel's list of character majors. It is apart from the
+// Server so that what the plugin keeps to look at nodes again after enumeration does not hold
+// the whole machine.
 //
-// The nodes exist only here, never on the host: the plugin gives them to the runtime fully
-// specified (type, major, minor, no host path), as it does on a real node, and a runtime needs
-// no host node for such a spec. The CDI library stats the host path only to fill in what a spec
-// leaves out (and keeps the host node's mode, which runc's default 0666 equals), runc creates
-// the node in the container with mknod, and where runc bind-mounts nodes instead (in a user
-// namespace) it takes them from the container path on the host, which no mock node elsewhere
-// would feed. A node the mock made at /dev/nvidia<N> on a host with real GPUs could only be the
-// real one. Containers find their GPUs by these nodes (the mock's nvidia-smi lists those it sees).
+// Where the nodes are is the node's layout, not the machine's: nvidia-modprobe on a host with
+// the driver installed creates them in the host's /dev; the GPU operator's driver container
+// creates them under its root, which the host sees at /run/nvidia/driver/dev, and the host's
+// /dev has none (NVIDIA/gpu-operator#1741; the operator's validator then takes the driver root
+// as the dev root, cmd/nvidia-validator). So the mock answers a stat in two honest ways:
+//   - Server.Stat, for tests of the backend alone, is a host whose /dev holds the nodes: it
+//     answers for /dev/<name> and /dev/dri/<name> only, never for the same name elsewhere;
+//   - StatFile, for the plugin, reads the real file system, where WriteDevNodes (or a test's
+//     mknod, as the driver's installer would) laid the nodes out: only a node that is there is
+//     found, so a plugin that looks in the wrong directory finds none.
+//
+// Containers get the nodes fully specified (type, major, minor), as on a real node, so the
+// runtime stats no host path: runc creates the node in the container with mknod.
 type devNodes struct {
-	gpus    int
+	// minors are the GPUs' minor numbers, /dev/nvidia<minor>.
+	minors  []int
 	modeset bool
 	// dri are the /dev/dri nodes (card<N>, renderD<M>) by name, with their DRM minors.
 	dri map[string]int64
@@ -52,43 +65,127 @@ func (s *Server) SetUVM(st UVMState) { s.dev.uvm.Store(int32(st)) }
 // WithUVM starts the machine with nvidia-uvm in state st (default UVMReady).
 func WithUVM(st UVMState) Option { return func(o *options) { o.uvm = &st } }
 
-// Stat is the nvml.StatFunc of the mock machine: it answers for the machine's device nodes
-// (by base name, wherever the dev root is) with the numbers the NVIDIA driver uses, and
-// fs.ErrNotExist for anything else, including the nvidia-uvm nodes while they are not created
-// and every /dev/nvidia-caps node (the plugin must build those from ProcFS).
+// Stat is the nvml.StatFunc of a mock host whose /dev holds the machine's nodes: it answers for
+// /dev/<name> (and /dev/dri/<name>) with the numbers the NVIDIA driver uses, and fs.ErrNotExist
+// for anything else: a node of the machine under another directory, the nvidia-uvm nodes while
+// they are not created, and every /dev/nvidia-caps node (the plugin must build those from
+// ProcFS).
 func (s *Server) Stat(p string) (string, int64, int64, error) { return s.dev.stat(p) }
 
 // ProcDevices is the content of the machine's /proc/devices: the character majors of the
 // NVIDIA driver's modules that are loaded.
 func (s *Server) ProcDevices() ([]byte, error) { return s.dev.procDevices() }
 
+// DevNode is a device node the machine's driver install creates, by its path relative to the
+// dev root ("nvidia0", "dri/card1").
+type DevNode struct {
+	Name         string
+	Major, Minor int64
+}
+
+// DevNodes returns the nodes the machine's driver install creates now, sorted by name: what
+// nvidia-modprobe (or the toolkit's create-device-nodes) makes for its GPUs and loaded modules,
+// and the kernel's DRM nodes where nvidia-drm is loaded. A test lays them out where its node's
+// layout puts them (WriteDevNodes, or mknod as root).
+func (s *Server) DevNodes() []DevNode { return s.dev.nodes() }
+
+func (d *devNodes) nodes() []DevNode {
+	out := []DevNode{{Name: "nvidiactl", Major: nvidiaMajor, Minor: nvidiaCtlMinor}}
+	for _, m := range d.minors {
+		out = append(out, DevNode{Name: "nvidia" + strconv.Itoa(m), Major: nvidiaMajor, Minor: int64(m)})
+	}
+	if UVMState(d.uvm.Load()) == UVMReady {
+		out = append(out, DevNode{Name: "nvidia-uvm", Major: uvmMajor}, DevNode{Name: "nvidia-uvm-tools", Major: uvmMajor, Minor: 1})
+	}
+	if d.modeset {
+		out = append(out, DevNode{Name: "nvidia-modeset", Major: nvidiaMajor, Minor: nvidiaModesetMin})
+	}
+	for name, minor := range d.dri {
+		out = append(out, DevNode{Name: "dri/" + name, Major: drmMajor, Minor: minor})
+	}
+	slices.SortFunc(out, func(a, b DevNode) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 func (d *devNodes) stat(p string) (string, int64, int64, error) {
-	name := path.Base(p)
-	switch name {
-	case "nvidiactl":
-		return "c", nvidiaMajor, nvidiaCtlMinor, nil
-	case "nvidia-uvm", "nvidia-uvm-tools":
-		if UVMState(d.uvm.Load()) == UVMReady {
-			minor := int64(0)
-			if name == "nvidia-uvm-tools" {
-				minor = 1
+	rel, ok := strings.CutPrefix(path.Clean(p), "/dev/")
+	if ok {
+		for _, n := range d.nodes() {
+			if n.Name == rel {
+				return "c", n.Major, n.Minor, nil
 			}
-			return "c", uvmMajor, minor, nil
-		}
-	case "nvidia-modeset":
-		if d.modeset {
-			return "c", nvidiaMajor, nvidiaModesetMin, nil
-		}
-	}
-	if minor, ok := d.dri[name]; ok && path.Base(path.Dir(p)) == "dri" {
-		return "c", drmMajor, minor, nil
-	}
-	if m := deviceNode.FindStringSubmatch(name); m != nil {
-		if minor, err := strconv.Atoi(m[1]); err == nil && minor < d.gpus {
-			return "c", nvidiaMajor, int64(minor), nil
 		}
 	}
 	return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+}
+
+// StandInMode is the mode of WriteDevNodes' files: the NVIDIA driver's default device file mode
+// (NVreg_DeviceFileMode=0666, nvidia-modprobe's default), which a node stand-in copies.
+const StandInMode = 0o666
+
+// WriteDevNodes lays the nodes the machine's driver install creates (DevNodes without the DRM
+// nodes: nvidia-modprobe's) out under dir as stand-ins: regular files that hold "MAJOR:MINOR",
+// the format of a sysfs dev attribute (as npumock's devfs does), which StatFile reads as the
+// character device they stand for. Making device special files needs CAP_MKNOD, which tests and
+// unprivileged plugins lack; a test that runs as root (the kind node) makes real ones with
+// mknod instead. Nodes of the machine's that are no longer created (nvidia-uvm unloaded) are
+// removed, and nothing else in dir is touched.
+func (s *Server) WriteDevNodes(dir string) error { return s.dev.write(dir, false) }
+
+// WriteDRMNodes lays the machine's DRM nodes out under dir/dri the same way. The kernel's DRM
+// core creates them in the host's devtmpfs when nvidia-drm binds a GPU, so they are in the
+// host's /dev whichever root the driver's own nodes are under.
+func (s *Server) WriteDRMNodes(dir string) error { return s.dev.write(dir, true) }
+
+func (d *devNodes) write(dir string, drm bool) error {
+	want := map[string]DevNode{}
+	for _, n := range d.nodes() {
+		if strings.HasPrefix(n.Name, "dri/") == drm {
+			want[n.Name] = n
+		}
+	}
+	if !drm {
+		for _, name := range []string{"nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"} {
+			if _, ok := want[name]; !ok {
+				if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("mock device nodes: %w", err)
+				}
+			}
+		}
+	}
+	for _, n := range want {
+		p := filepath.Join(dir, filepath.FromSlash(n.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("mock device nodes: %w", err)
+		}
+		if err := replaceFile(p, fmt.Appendf(nil, "%d:%d\n", n.Major, n.Minor), StandInMode); err != nil {
+			return fmt.Errorf("mock device nodes: %w", err)
+		}
+	}
+	return nil
+}
+
+// StatFile is the nvml.StatFunc of a mock machine whose nodes are files on this host: a device
+// special file answers with its numbers (devnode.Stat), a WriteDevNodes stand-in with the
+// numbers it holds, a missing file with fs.ErrNotExist, anything else with an error.
+func StatFile(p string) (string, int64, int64, error) {
+	info, err := devnode.Stat(p)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return info.Type, info.Major, info.Minor, err
+	}
+	fi, serr := os.Stat(p)
+	if serr != nil || !fi.Mode().IsRegular() || fi.Size() > 32 {
+		return "", 0, 0, err
+	}
+	b, rerr := os.ReadFile(p)
+	if rerr != nil {
+		return "", 0, 0, rerr
+	}
+	major, minor, perr := devnode.ParseDev(string(b))
+	if perr != nil {
+		return "", 0, 0, fmt.Errorf("%s is neither a device node nor a mock stand-in: %w", p, perr)
+	}
+	return "c", major, minor, nil
 }
 
 func (d *devNodes) procDevices() ([]byte, error) {

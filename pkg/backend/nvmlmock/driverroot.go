@@ -46,6 +46,11 @@ var driverLibraries = []struct {
 // driverBinaries go to usr/bin, where the toolkit looks for them on the PATH under the root.
 var driverBinaries = []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
 
+// GeneratedDriverRoot is where a plugin on the mock that installs its own driver
+// (--mock-driver-root=generate) has the mock write it: a driver root, like the GPU operator's
+// driver container's, with the device nodes in its dev/ (WithDevNodes).
+func GeneratedDriverRoot(mockDir string) string { return filepath.Join(mockDir, "nvidia-driver-root") }
+
 // DriverRootOption changes what WriteDriverRoot writes.
 type DriverRootOption func(*driverRootOptions)
 

@@ -16,7 +16,6 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,9 +88,10 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 		uuidProfile = fmt.Sprintf("shape-%x", sha256.Sum256([]byte(file)))
 	}
 	s := &Server{Interface: &mock.Interface{}, SysFS: fstest.MapFS{}, profile: p, nodeName: nodeName, uuidProfile: uuidProfile,
-		dev: &devNodes{gpus: len(p.gpus), modeset: p.modeset, dri: map[string]int64{}}}
+		dev: &devNodes{modeset: p.modeset, dri: map[string]int64{}}}
 	for i, g := range p.gpus {
 		minor := p.minor(i)
+		s.dev.minors = append(s.dev.minors, minor)
 		board := minor
 		if m, ok := p.uuidOf[minor]; ok {
 			board = m
@@ -134,7 +134,26 @@ type options struct {
 	stateDir         string
 	uvm              *UVMState
 	driverRoot       string
+	host             *hostLayout
+	devNodes         string
 }
+
+// hostLayout is where the machine's device nodes are looked up on this host (WithHost).
+type hostLayout struct{ devRoot, driverRoot, hostDriverRoot string }
+
+// WithHost makes the machine's device nodes files on this host, found as the real backend finds
+// a real node's: in the driver root's dev/ when it has one (driverRoot as this process sees it,
+// hostDriverRoot as the host does), else under devRoot, the host's /dev; each read by StatFile.
+// Only the nodes laid out there are found (WriteDevNodes, WithDevNodes, or a test's mknod).
+// Without it, the machine's nodes are those of a host whose /dev holds them (Server.Stat).
+func WithHost(devRoot, driverRoot, hostDriverRoot string) Option {
+	return func(o *options) { o.host = &hostLayout{devRoot, driverRoot, hostDriverRoot} }
+}
+
+// WithDevNodes has the machine's driver install lay its device nodes and DRM nodes out under
+// dir at start (WriteDevNodes, WriteDRMNodes), as nvidia-modprobe does on a real node: for a
+// mock node whose driver the mock installs itself, in the driver root it generates.
+func WithDevNodes(dir string) Option { return func(o *options) { o.devNodes = dir } }
 
 // WithDeviceDriverVersion makes the GPU at index report version as its driver version, for
 // tests that one device with a bad version is left out while the others are published. NVML
@@ -174,10 +193,25 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	if o.faultDir != "" {
 		s.injectFaults(o.faultDir, o.noRecoveryAction)
 	}
-	if len(o.driverVersions) == 0 {
-		return s.Backend(), nil
+	if o.devNodes != "" {
+		if err := s.WriteDevNodes(o.devNodes); err != nil {
+			return nil, err
+		}
+		if err := s.WriteDRMNodes(o.devNodes); err != nil {
+			return nil, err
+		}
 	}
-	return &overrideBackend{Backend: s.Backend(), driverVersions: o.driverVersions}, nil
+	var b *nvmlbackend.Backend
+	if o.host != nil {
+		b = nvmlbackend.New(s.Interface, s.SysFS, o.host.devRoot, nvmlbackend.WithStat(StatFile), nvmlbackend.WithProc(s.ProcFS()),
+			nvmlbackend.WithDriverRoot(o.host.driverRoot, o.host.hostDriverRoot))
+	} else {
+		b = s.Backend()
+	}
+	if len(o.driverVersions) == 0 {
+		return b, nil
+	}
+	return &overrideBackend{Backend: b, driverVersions: o.driverVersions}, nil
 }
 
 type overrideBackend struct {
@@ -197,8 +231,6 @@ func (b *overrideBackend) Enumerate(ctx context.Context) (*device.Inventory, err
 	}
 	return inv, nil
 }
-
-var deviceNode = regexp.MustCompile(`^nvidia(0|[1-9][0-9]*)$`)
 
 // nvmlBusID is NVML's spelling of a bus ID: 8-digit domain, upper-case hex.
 func nvmlBusID(busID string) string { return strings.ToUpper("0000" + busID) }
