@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ import (
 
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/backend"
+	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 	"github.com/accel-dra/accel-dra/pkg/template"
 )
 
@@ -43,8 +46,16 @@ func envInt(name string, def int) int {
 }
 
 // BenchmarkPublisher measures the publisher against a real apiserver with 1,000 nodes in 100
-// MachineDeployments (PUBLISHER_BENCH_GROUPS × PUBLISHER_BENCH_NODES): Node objects, 8-GPU
-// ResourceSlices and Cluster API objects created directly, no kubelets.
+// MachineDeployments (PUBLISHER_BENCH_GROUPS × PUBLISHER_BENCH_NODES): Node objects,
+// ResourceSlices and Cluster API objects created directly, no kubelets. It runs once per node
+// shape of PUBLISHER_BENCH_SHAPES (default both):
+//   - whole-gpu: 8 whole H100s per node, one slice;
+//   - dynamic-mig: what the plugin publishes for the mock h100-8x-mig with --dynamic-mig (8
+//     partitionable GPUs and their 200 MIG partitions with shared counters, 5 slices), made by
+//     the plugin's own code (nodeplugin.GenerateSlices).
+//
+// Every node also has a slice of another driver (PUBLISHER_BENCH_OTHER_DEVICES devices, default
+// 8) that the publisher does not serve.
 //
 // Reported:
 //   - median-ms, p99-ms: from the last of the updates that change the driverVersion of all
@@ -53,15 +64,55 @@ func envInt(name string, def int) int {
 //     PUBLISHER_BENCH_SAMPLES changes (at least; one per b.Loop iteration beyond that);
 //     median-from-first-ms from the first of those updates;
 //   - writes/change: the publisher's writes per such change (1 is ideal);
-//   - steady-writes: writes while node identity changes (new GPU UUIDs on one node per group) and
-//     node updates that do not matter (annotations, heartbeats, lifecycle taints) go on;
+//   - steady-writes: writes while node identity changes (new GPU UUIDs on one node per group),
+//     node updates that do not matter (annotations, heartbeats, lifecycle taints) go on, and
+//     the timestamp label churn below runs;
+//   - churn-cores: the publisher's CPU seconds (utime+stime of /proc/<pid>/stat) during the
+//     timestamp label churn divided by its wall time. The churn rewrites a label
+//     (nvidia.com/gfd.timestamp, as GPU feature discovery does every 60 s) on every node once
+//     per PUBLISHER_BENCH_CHURN_PERIOD (default 15s: GFD's 60 s compressed 4 times, so the
+//     publisher sees 4 times the real event rate), spread evenly over the period, for
+//     PUBLISHER_BENCH_CHURN (default 60s);
 //   - restart-writes: writes of a restarted publisher that finds every group up to date;
-//   - initial-s: from the publisher's start to every group annotated.
+//   - initial-s: from the publisher's start to every group annotated;
+//   - peak-rss-MiB: the publisher process's peak resident set (VmHWM of /proc/<pid>/status:
+//     everything the process held, not only the Go heap), the larger of the first process's
+//     (start, churn) and the restarted one's (start, latency samples).
 func BenchmarkPublisher(b *testing.B) {
+	shapes := strings.Split(os.Getenv("PUBLISHER_BENCH_SHAPES"), ",")
+	if os.Getenv("PUBLISHER_BENCH_SHAPES") == "" {
+		shapes = []string{shapeWholeGPU, shapeDynamicMIG}
+	}
+	for _, shape := range shapes {
+		b.Run(shape, func(b *testing.B) { benchmarkPublisher(b, shape) })
+	}
+}
+
+const (
+	shapeWholeGPU   = "whole-gpu"
+	shapeDynamicMIG = "dynamic-mig"
+	// otherDriver publishes slices on every node that the publisher does not serve.
+	otherDriver = "nic.example.com"
+	// timestampLabel is rewritten on every node during the churn, as GPU feature discovery does.
+	timestampLabel = "nvidia.com/gfd.timestamp"
+)
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func benchmarkPublisher(b *testing.B, shape string) {
 	groups, perGroup := envInt("PUBLISHER_BENCH_GROUPS", 100), envInt("PUBLISHER_BENCH_NODES", 10)
 	minSamples := envInt("PUBLISHER_BENCH_SAMPLES", 60)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
+	devices, err := newBenchShape(ctx, shape, envInt("PUBLISHER_BENCH_OTHER_DEVICES", 8))
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	// No kubelets renew these nodes' leases; without the node lifecycle controller they are
 	// not tainted unreachable one by one for minutes, which would keep the publisher busy with
@@ -86,10 +137,10 @@ func BenchmarkPublisher(b *testing.B) {
 	}
 
 	start := time.Now()
-	if err := populate(ctx, clientset, cl, groups, perGroup); err != nil {
+	if err := populate(ctx, clientset, cl, devices, groups, perGroup); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%d nodes in %d groups created in %s", groups*perGroup, groups, time.Since(start).Round(time.Millisecond))
+	b.Logf("%s: %d nodes in %d groups created in %s", shape, groups*perGroup, groups, time.Since(start).Round(time.Millisecond))
 
 	w, err := watchHashes(ctx, cfg)
 	if err != nil {
@@ -120,15 +171,23 @@ func BenchmarkPublisher(b *testing.B) {
 	}
 	initial := time.Since(start)
 	pub.settle(ctx, b, 3*time.Second)
-	b.Logf("all %d groups annotated %s after the publisher started (%v writes)", groups, initial.Round(time.Millisecond), pub.writes(b))
+	b.Logf("all %d groups annotated %s after the publisher started (%v writes, peak RSS %.0f MiB so far)", groups, initial.Round(time.Millisecond), pub.writes(b), peakRSSMiB(b, pub.Proc.Pid()))
 
-	// Steady state: identity churn and irrelevant node updates.
+	// Steady state: identity churn, irrelevant node updates, and the timestamp label churn.
 	before, reconciles := pub.writes(b), pub.reconciles(b)
-	if err := churn(ctx, clientset, groups, perGroup); err != nil {
+	if err := churn(ctx, clientset, devices, groups, perGroup); err != nil {
 		b.Fatal(err)
 	}
 	pub.settleAfter(ctx, b, 3*time.Second, reconciles)
+	period, churnFor := envDuration("PUBLISHER_BENCH_CHURN_PERIOD", 15*time.Second), envDuration("PUBLISHER_BENCH_CHURN", time.Minute)
+	cpuBefore, churnStart := cpuSeconds(b, pub.Proc.Pid()), time.Now()
+	if err := labelChurn(ctx, clientset, groups, perGroup, period, churnFor); err != nil {
+		b.Fatal(err)
+	}
+	churnCores := (cpuSeconds(b, pub.Proc.Pid()) - cpuBefore) / time.Since(churnStart).Seconds()
+	pub.settle(ctx, b, 3*time.Second)
 	steady := pub.writes(b) - before
+	peak := peakRSSMiB(b, pub.Proc.Pid())
 
 	// A restart finds everything up to date.
 	if err := pub.Proc.Stop(); err != nil {
@@ -146,7 +205,7 @@ func BenchmarkPublisher(b *testing.B) {
 	sample := func(i int) {
 		g := groupNameOf(i % groups)
 		old := w.hash(g)
-		first, last, err := setDriverVersion(ctx, clientset, i%groups, perGroup, fmt.Sprintf("570.%d.0", 200+i))
+		first, last, err := setDriverVersion(ctx, clientset, devices, i%groups, perGroup, fmt.Sprintf("570.%d.0", 200+i))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -167,6 +226,7 @@ func BenchmarkPublisher(b *testing.B) {
 	}
 	pub.settle(ctx, b, 2*time.Second)
 	perChange := (pub.writes(b) - before) / float64(i)
+	peak = max(peak, peakRSSMiB(b, pub.Proc.Pid()))
 
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(ms(percentile(fromLast, 50)), "median-ms")
@@ -176,8 +236,86 @@ func BenchmarkPublisher(b *testing.B) {
 	b.ReportMetric(steady, "steady-writes")
 	b.ReportMetric(restart, "restart-writes")
 	b.ReportMetric(initial.Seconds(), "initial-s")
-	b.Logf("%d samples: median %.1f ms, p99 %.1f ms (from the first update: median %.1f ms); %.2f writes per change; %v writes in steady state, %v after a restart",
-		i, ms(percentile(fromLast, 50)), ms(percentile(fromLast, 99)), ms(percentile(fromFirst, 50)), perChange, steady, restart)
+	b.ReportMetric(peak, "peak-rss-MiB")
+	b.ReportMetric(churnCores, "churn-cores")
+	b.Logf("%s: %d samples: median %.1f ms, p99 %.1f ms (from the first update: median %.1f ms); %.2f writes per change; %v writes in steady state, %v after a restart; peak RSS %.0f MiB; %.3f cores during the label churn (every node every %s for %s)",
+		shape, i, ms(percentile(fromLast, 50)), ms(percentile(fromLast, 99)), ms(percentile(fromFirst, 50)), perChange, steady, restart, peak, churnCores, period, churnFor)
+}
+
+// peakRSSMiB is VmHWM of the process: its peak resident set since it started.
+func peakRSSMiB(b *testing.B, pid int) float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				b.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// cpuSeconds is the user and system CPU time of the process (/proc/<pid>/stat fields 14 and 15,
+// in USER_HZ = 100 ticks a second on Linux).
+func cpuSeconds(b *testing.B, pid int) float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest) // f[0] is field 3
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return (utime + stime) / 100
+}
+
+// labelChurn rewrites timestampLabel on every node once per period for d, node by node at
+// even intervals; nodes of one group are period/perGroup apart, and the value has milliseconds,
+// so that no two nodes ever agree on it.
+func labelChurn(ctx context.Context, cs kubernetes.Interface, groups, perGroup int, period, d time.Duration) error {
+	total := groups * perGroup
+	tick := time.NewTicker(period / time.Duration(total))
+	defer tick.Stop()
+	end := time.Now().Add(d)
+	errs := make(chan error, 1)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := 0; time.Now().Before(end); i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case <-tick.C:
+		}
+		n, g := (i%total)/groups, i%groups
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"%d"}}}`, timestampLabel, time.Now().UnixMilli())
+			if _, err := cs.CoreV1().Nodes().Patch(ctx, nodeNameOf(g, n), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		}()
+	}
+	return nil
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
@@ -222,6 +360,109 @@ func benchDevices(node string, uuidGen int, driverVersion string) []resourceapi.
 	return out
 }
 
+// benchShape makes the ResourceSlices of one bench node: the served driver's and another
+// driver's.
+type benchShape struct {
+	// gpu are the served driver's slices of a node named generatedNode (dynamic-mig), nil for
+	// whole-gpu (benchDevices).
+	gpu          []resourceapi.ResourceSlice
+	otherDevices int
+}
+
+const generatedNode = "generated"
+
+func newBenchShape(ctx context.Context, shape string, otherDevices int) (*benchShape, error) {
+	s := &benchShape{otherDevices: otherDevices}
+	switch shape {
+	case shapeWholeGPU:
+	case shapeDynamicMIG:
+		o := nodeplugin.NewOptions()
+		o.Backend, o.MockProfile, o.DynamicMIG, o.NodeName = backend.Mock, "h100-8x-mig", true, generatedNode
+		var err error
+		if s.gpu, err = nodeplugin.GenerateSlices(ctx, o); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("PUBLISHER_BENCH_SHAPES: unknown shape %q (want %s or %s)", shape, shapeWholeGPU, shapeDynamicMIG)
+	}
+	return s, nil
+}
+
+// gpuSliceNames are the names of the served driver's slices of a node.
+func (s *benchShape) gpuSliceNames(g, n int) []string {
+	if s.gpu == nil {
+		return []string{sliceNameOf(g, n)}
+	}
+	names := make([]string, len(s.gpu))
+	for i := range s.gpu {
+		names[i] = fmt.Sprintf("%s-%d", sliceNameOf(g, n), i)
+	}
+	return names
+}
+
+// slices returns the node's slices: the served driver's (with UUIDs of generation uuidGen)
+// and then the other driver's.
+func (s *benchShape) slices(g, n, uuidGen int, driverVersion string) []*resourceapi.ResourceSlice {
+	node := nodeNameOf(g, n)
+	var out []*resourceapi.ResourceSlice
+	if s.gpu == nil {
+		out = append(out, &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: sliceNameOf(g, n)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver: framework.GPUDriver, NodeName: new(node),
+				Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+				Devices: benchDevices(node, uuidGen, driverVersion),
+			},
+		})
+	} else {
+		names := s.gpuSliceNames(g, n)
+		for i := range s.gpu {
+			sl := s.gpu[i].DeepCopy()
+			sl.ObjectMeta = metav1.ObjectMeta{Name: names[i]}
+			sl.Spec.NodeName = new(node)
+			sl.Spec.Pool.Name = strings.Replace(sl.Spec.Pool.Name, generatedNode, node, 1)
+			for j := range sl.Spec.Devices {
+				setIdentity(sl.Spec.Devices[j].Attributes, node, uuidGen)
+				if _, ok := sl.Spec.Devices[j].Attributes["driverVersion"]; ok {
+					sl.Spec.Devices[j].Attributes["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: new(driverVersion)}
+				}
+			}
+			out = append(out, sl)
+		}
+	}
+	other := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeNameOf(g, n) + "-nic"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: otherDriver, NodeName: new(node),
+			Pool: resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+		},
+	}
+	for i := range s.otherDevices {
+		other.Spec.Devices = append(other.Spec.Devices, resourceapi.Device{
+			Name: fmt.Sprintf("nic-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"macAddress":                      {StringValue: new(fmt.Sprintf("%s-%d", node, i))},
+				"model":                           {StringValue: new("ConnectX-7")},
+				"resource.kubernetes.io/pciBusID": {StringValue: new(fmt.Sprintf("0000:%02x:00.1", 0x1b+i*0x18))},
+			},
+		})
+	}
+	return append(out, other)
+}
+
+// setIdentity makes the generated node's UUIDs and serials the node's own (generation gen),
+// keeping which devices share one (a MIG partition's parentUUID is its GPU's uuid).
+func setIdentity(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, node string, gen int) {
+	for name, a := range attrs {
+		switch name {
+		case "uuid", "parentUUID", "serial":
+			if a.StringValue != nil {
+				attrs[name] = resourceapi.DeviceAttribute{StringValue: new(fmt.Sprintf("%s-%s-%d", *a.StringValue, node, gen))}
+			}
+		}
+	}
+}
+
 // parallel runs fn for 0..n-1 on a few workers and returns the first error.
 func parallel(n, workers int, fn func(i int) error) error {
 	var wg sync.WaitGroup
@@ -252,7 +493,7 @@ func parallel(n, workers int, fn func(i int) error) error {
 }
 
 // populate creates the groups, their nodes (with capacity), slices and machines.
-func populate(ctx context.Context, cs kubernetes.Interface, cl client.Client, groups, perGroup int) error {
+func populate(ctx context.Context, cs kubernetes.Interface, cl client.Client, shape *benchShape, groups, perGroup int) error {
 	gs := make([]*framework.NodeGroup, groups)
 	if err := parallel(groups, 8, func(g int) error {
 		var err error
@@ -288,44 +529,46 @@ func populate(ctx context.Context, cs kubernetes.Interface, cl client.Client, gr
 		if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 			return err
 		}
-		if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: sliceNameOf(g, n)},
-			Spec: resourceapi.ResourceSliceSpec{
-				Driver: framework.GPUDriver, NodeName: new(name),
-				Pool:    resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
-				Devices: benchDevices(name, 0, "570.124.6"),
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			return err
+		for _, s := range shape.slices(g, n, 0, "570.124.6") {
+			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				return err
+			}
 		}
 		_, err = gs[g].AddMachine(ctx, cl, name, name, false)
 		return err
 	})
 }
 
-// updateSlice changes the devices of one node's slice (a new pool generation, as a driver
-// publishes a change).
-func updateSlice(ctx context.Context, cs kubernetes.Interface, g, n int, mutate func(node string, s *resourceapi.ResourceSlice)) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := cs.ResourceV1().ResourceSlices().Get(ctx, sliceNameOf(g, n), metav1.GetOptions{})
-		if err != nil {
+// updateSlices changes the devices of one node's slices of the served driver (a new pool
+// generation, as a driver publishes a change), slice by slice.
+func updateSlices(ctx context.Context, cs kubernetes.Interface, shape *benchShape, g, n int, mutate func(node string, s *resourceapi.ResourceSlice)) error {
+	for _, name := range shape.gpuSliceNames(g, n) {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s, err := cs.ResourceV1().ResourceSlices().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			mutate(nodeNameOf(g, n), s)
+			s.Spec.Pool.Generation++
+			_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			return err
 		}
-		mutate(nodeNameOf(g, n), s)
-		s.Spec.Pool.Generation++
-		_, err = cs.ResourceV1().ResourceSlices().Update(ctx, s, metav1.UpdateOptions{})
-		return err
-	})
+	}
+	return nil
 }
 
 // setDriverVersion gives all nodes of group g a new driver version at once and returns when the
 // first update was sent and the last one done.
-func setDriverVersion(ctx context.Context, cs kubernetes.Interface, g, perGroup int, version string) (first, last time.Time, err error) {
+func setDriverVersion(ctx context.Context, cs kubernetes.Interface, shape *benchShape, g, perGroup int, version string) (first, last time.Time, err error) {
 	first = time.Now()
 	err = parallel(perGroup, perGroup, func(n int) error {
-		return updateSlice(ctx, cs, g, n, func(_ string, s *resourceapi.ResourceSlice) {
+		return updateSlices(ctx, cs, shape, g, n, func(_ string, s *resourceapi.ResourceSlice) {
 			for i := range s.Spec.Devices {
-				s.Spec.Devices[i].Attributes["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: new(version)}
+				if _, ok := s.Spec.Devices[i].Attributes["driverVersion"]; ok {
+					s.Spec.Devices[i].Attributes["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: new(version)}
+				}
 			}
 		})
 	})
@@ -334,11 +577,19 @@ func setDriverVersion(ctx context.Context, cs kubernetes.Interface, g, perGroup 
 
 // churn makes changes that must not cause writes: new GPU UUIDs and PCI addresses on one node of
 // every group (as a replaced machine would have), and annotation updates on every node.
-func churn(ctx context.Context, cs kubernetes.Interface, groups, perGroup int) error {
+func churn(ctx context.Context, cs kubernetes.Interface, shape *benchShape, groups, perGroup int) error {
 	if err := parallel(groups, 16, func(g int) error {
-		return updateSlice(ctx, cs, g, g%perGroup, func(node string, s *resourceapi.ResourceSlice) {
+		return updateSlices(ctx, cs, shape, g, g%perGroup, func(node string, s *resourceapi.ResourceSlice) {
 			for i := range s.Spec.Devices {
-				s.Spec.Devices[i].Attributes["uuid"] = resourceapi.DeviceAttribute{StringValue: new(benchUUID(node, i, 1))}
+				if shape.gpu == nil {
+					s.Spec.Devices[i].Attributes["uuid"] = resourceapi.DeviceAttribute{StringValue: new(benchUUID(node, i, 1))}
+					continue
+				}
+				for name, a := range s.Spec.Devices[i].Attributes {
+					if (name == "uuid" || name == "parentUUID") && a.StringValue != nil {
+						s.Spec.Devices[i].Attributes[name] = resourceapi.DeviceAttribute{StringValue: new(*a.StringValue + "-replaced")}
+					}
+				}
 			}
 		})
 	}); err != nil {
