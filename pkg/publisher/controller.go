@@ -70,31 +70,47 @@ type Reconciler struct {
 	// Seeds are the seeds groups can name (nodegroup.SeedAnnotation).
 	Seeds Seeds
 
+	// slices compacts the ResourceSlices the cache did not (tests' fake clients) and expands
+	// them again for Build (slicecache.go).
+	slices *sliceStripper
+
 	mu sync.Mutex
-	// nodeTemplates caches the template of each node by the identity of its slices, so that
-	// a group of many nodes is not rebuilt from scratch on every event.
+	// nodeTemplates remembers, for each node, the shape key of its slices (by the identity of
+	// those slices), so that a group of many nodes is not looked at from scratch on every
+	// event; templates holds one template per shape key with the number of nodes that have
+	// it: a fleet of one shape keeps one template, not one per node.
 	nodeTemplates map[string]nodeTemplate
+	templates     map[string]*sharedTemplate
 	// problems remembers each group's problems, to emit events and count conflicts only when
 	// they start or change.
 	problems map[GroupKey]map[string]string
 }
 
 type nodeTemplate struct {
-	key  string
-	t    *template.Template
-	hash string
-	err  error
+	// ids are the UIDs and resource versions of the node's slices of the served drivers.
+	ids string
+	// shape is the key of templates; empty when err is set.
+	shape string
+	err   error
+}
+
+type sharedTemplate struct {
+	t     *template.Template
+	hash  string
+	nodes int
 }
 
 // NewReconciler returns a reconciler for the options.
 func NewReconciler(c client.Client, rec events.EventRecorder, m *Metrics, o *Options) *Reconciler {
+	build := buildOptions(o)
 	return &Reconciler{
 		Client:       c,
 		Recorder:     rec,
 		Metrics:      m,
 		Drivers:      sets.New(o.Drivers...),
 		Config:       Config{Budget: o.TemplateBudgetBytes, GPUDriver: o.GPUDriver},
-		BuildOptions: template.BuildOptions{IdentityAttributes: o.IdentityAttributes, KeepDeviceTaints: o.KeepDeviceTaints},
+		BuildOptions: build,
+		slices:       newSliceStripper(o.Drivers, build),
 		FieldManager: FieldManager,
 		Seeds:        Seeds{Dir: o.SeedsDir, TemplatesDir: o.SeedTemplatesDir},
 	}
@@ -235,6 +251,16 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 	if mp, ok := obj.(*clusterv1.MachinePool); ok {
 		return r.machinePoolNodes(ctx, mp, nodes, cluster)
 	}
+	names, err := r.currentNodeNames(ctx, key, obj)
+	if err != nil {
+		return nil, err
+	}
+	return r.nodeInputs(ctx, names, nodes, cluster)
+}
+
+// currentNodeNames returns the names of the nodes of the Machines of a MachineDeployment's
+// current MachineSet, or of a bare MachineSet.
+func (r *Reconciler) currentNodeNames(ctx context.Context, key GroupKey, obj client.Object) ([]string, error) {
 	ms, ok := obj.(*clusterv1.MachineSet)
 	if !ok {
 		var list clusterv1.MachineSetList
@@ -263,7 +289,7 @@ func (r *Reconciler) groupNodes(ctx context.Context, key GroupKey, obj client.Ob
 		seen.Insert(name)
 		names = append(names, name)
 	}
-	return r.nodeInputs(ctx, names, nodes, cluster)
+	return names, nil
 }
 
 // nodeInputs returns the named nodes that exist with their templates, sorted by name.
@@ -286,46 +312,126 @@ func (r *Reconciler) nodeInputs(ctx context.Context, names []string, nodes clien
 	return out, nil
 }
 
-// nodeTemplate builds (or takes from the cache) the template of a node's slices of the
-// configured drivers.
+// nodeTemplate returns the template of a node's slices of the served drivers: the one of its
+// shape (shapeKey), built from the first node of that shape.
 func (r *Reconciler) nodeTemplate(cacheName string, node *corev1.Node, all []resourceapi.ResourceSlice) NodeInput {
-	var mine []resourceapi.ResourceSlice
+	in := NodeInput{Node: node}
+	var mine []*resourceapi.ResourceSlice
 	ids := make([]string, 0, len(all))
-	for _, s := range all {
+	for i := range all {
+		s := &all[i]
 		if !r.Drivers.Has(s.Spec.Driver) {
 			continue
 		}
 		mine = append(mine, s)
 		ids = append(ids, string(s.UID)+"@"+s.ResourceVersion)
 	}
-	in := NodeInput{Node: node}
 	if len(mine) == 0 {
+		r.setNodeTemplate(cacheName, nil)
 		return in
 	}
 	slices.Sort(ids)
-	cacheKey := strings.Join(ids, ",")
+	idKey := strings.Join(ids, ",")
 
 	r.mu.Lock()
 	cached, ok := r.nodeTemplates[cacheName]
-	r.mu.Unlock()
-	if !ok || cached.key != cacheKey {
-		cached = nodeTemplate{key: cacheKey}
-		cached.t, cached.err = template.Build(mine, r.BuildOptions)
-		if cached.err == nil {
-			cached.hash, cached.err = cached.t.Hash()
-		}
-		if cached.err != nil {
-			cached.t = nil
-		}
-		r.mu.Lock()
-		if r.nodeTemplates == nil {
-			r.nodeTemplates = map[string]nodeTemplate{}
-		}
-		r.nodeTemplates[cacheName] = cached
-		r.mu.Unlock()
+	var shared *sharedTemplate
+	if ok && cached.ids == idKey && cached.err == nil {
+		shared = r.templates[cached.shape]
 	}
-	in.Template, in.Hash, in.Err = cached.t, cached.hash, cached.err
+	r.mu.Unlock()
+	if shared != nil {
+		in.Template, in.Hash = shared.t, shared.hash
+		return in
+	}
+
+	nt := nodeTemplate{ids: idKey}
+	shared, nt.shape, nt.err = r.buildShared(node.Name, mine)
+	r.setNodeTemplate(cacheName, &nt)
+	if nt.err != nil {
+		in.Err = nt.err
+		return in
+	}
+	in.Template, in.Hash = shared.t, shared.hash
 	return in
+}
+
+// buildShared finds the shape of a node's slices and returns its template, building it when
+// no node of that shape had one yet. The template is registered by setNodeTemplate.
+func (r *Reconciler) buildShared(node string, mine []*resourceapi.ResourceSlice) (*sharedTemplate, string, error) {
+	cs := make([]*resourceapi.ResourceSlice, len(mine))
+	for i, s := range mine {
+		if cs[i] = s; !compacted(s) {
+			// Not from the publisher's cache (a client without its transform).
+			var err error
+			if cs[i], err = r.slices.compact(s.DeepCopy()); err != nil {
+				return nil, "", err
+			}
+		}
+	}
+	shape, err := shapeKey(node, cs)
+	if err != nil {
+		return nil, "", err
+	}
+	r.mu.Lock()
+	shared := r.templates[shape]
+	r.mu.Unlock()
+	if shared != nil {
+		return shared, shape, nil
+	}
+	expanded := make([]resourceapi.ResourceSlice, len(cs))
+	for i, c := range cs {
+		if expanded[i], err = r.slices.expandSlice(c); err != nil {
+			return nil, "", err
+		}
+	}
+	t, err := template.Build(expanded, r.BuildOptions)
+	if err != nil {
+		return nil, "", err
+	}
+	hash, err := t.Hash()
+	if err != nil {
+		return nil, "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.templates == nil {
+		r.templates = map[string]*sharedTemplate{}
+	}
+	if shared = r.templates[shape]; shared == nil {
+		// Not counted yet: setNodeTemplate counts the node.
+		shared = &sharedTemplate{t: t, hash: hash}
+		r.templates[shape] = shared
+	}
+	return shared, shape, nil
+}
+
+// setNodeTemplate records a node's shape (nil: it has none) and keeps the count of nodes per
+// shape, dropping a template no node has any more.
+func (r *Reconciler) setNodeTemplate(cacheName string, nt *nodeTemplate) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old, had := r.nodeTemplates[cacheName]
+	if had && old.err == nil {
+		if s := r.templates[old.shape]; s != nil {
+			if s.nodes--; s.nodes <= 0 {
+				delete(r.templates, old.shape)
+			}
+		}
+	}
+	if nt == nil {
+		delete(r.nodeTemplates, cacheName)
+		return
+	}
+	if nt.err == nil {
+		if s := r.templates[nt.shape]; s != nil {
+			s.nodes++
+		}
+	}
+	if r.nodeTemplates == nil {
+		r.nodeTemplates = map[string]nodeTemplate{}
+	}
+	r.nodeTemplates[cacheName] = *nt
 }
 
 // nodeCacheKey names a node in the template cache: node names repeat across workload clusters.
@@ -338,9 +444,7 @@ func nodeCacheKey(cluster *ClusterRef, node string) string {
 
 // ForgetNode drops a deleted node's cached template (name from nodeCacheKey).
 func (r *Reconciler) ForgetNode(name string) {
-	r.mu.Lock()
-	delete(r.nodeTemplates, name)
-	r.mu.Unlock()
+	r.setNodeTemplate(name, nil)
 }
 
 func (r *Reconciler) copySource(ctx context.Context, key GroupKey, value string) *CopySource {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/accel-dra/accel-dra/pkg/kubeclient"
@@ -100,7 +101,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints; 0 disables them.")
 	fs.StringSliceVar(&o.Drivers, "drivers", o.Drivers, "DRA drivers whose ResourceSlices go into node group templates.")
 	fs.StringVar(&o.GPUDriver, "autoscaler-gpu-driver", o.GPUDriver, "Driver named in capacity.cluster-autoscaler.kubernetes.io/dra-driver, with gpu-count its number of devices; empty writes neither.")
-	fs.IntVar(&o.TemplateBudgetBytes, "template-budget-bytes", o.TemplateBudgetBytes, fmt.Sprintf("Size limit of the template annotations (keys plus values), at most %d. A larger template is not written (and never truncated).", template.MaxBudget))
+	fs.IntVar(&o.TemplateBudgetBytes, "template-budget-bytes", o.TemplateBudgetBytes, fmt.Sprintf("Size limit of the template annotations (keys plus values), at most %d (three quarters of the %d bytes the API allows all annotations of an object). A larger template is not written (and never truncated).", MaxTemplateBudget, apivalidation.TotalAnnotationSizeLimitB))
 	fs.StringVar(&o.WatchNamespace, "watch-namespace", o.WatchNamespace, "Only publish templates for MachineDeployments and MachineSets in this namespace (default: all).")
 	fs.StringSliceVar(&o.IdentityAttributes, "identity-attributes", o.IdentityAttributes, "Device attributes whose values identify one piece of hardware; they become placeholders in templates (a name without a domain matches that identifier in any domain).")
 	fs.BoolVar(&o.KeepDeviceTaints, "keep-device-taints", o.KeepDeviceTaints, "Keep device taints in templates (by default they are dropped as transient).")
@@ -120,8 +121,8 @@ func (o *Options) Validate() error {
 	if o.WorkloadProbeInterval <= 0 || o.WorkloadSyncTimeout <= 0 {
 		return fmt.Errorf("--workload-cluster-probe-interval and --workload-cluster-sync-timeout must be positive")
 	}
-	if o.TemplateBudgetBytes <= 0 || o.TemplateBudgetBytes > template.MaxBudget {
-		return fmt.Errorf("--template-budget-bytes=%d: must be in (0, %d]", o.TemplateBudgetBytes, template.MaxBudget)
+	if o.TemplateBudgetBytes <= 0 || o.TemplateBudgetBytes > MaxTemplateBudget {
+		return fmt.Errorf("--template-budget-bytes=%d: must be in (0, %d], leaving room for the group's other annotations within the API's %d bytes", o.TemplateBudgetBytes, MaxTemplateBudget, apivalidation.TotalAnnotationSizeLimitB)
 	}
 	if len(o.Drivers) == 0 {
 		return fmt.Errorf("--drivers: at least one driver is required")

@@ -43,7 +43,7 @@ func TestFlags(t *testing.T) {
 	if !d.LeaderElect || !slices.Equal(d.Drivers, []string{"gpu.accel-dra.io", "npu.accel-dra.io"}) || d.TemplateBudgetBytes != template.DefaultBudget {
 		t.Errorf("defaults: %+v", d)
 	}
-	for _, bad := range [][]string{{"--template-budget-bytes=0"}, {"--template-budget-bytes=262145"}, {"--drivers="}, {"--workers=0"}} {
+	for _, bad := range [][]string{{"--template-budget-bytes=0"}, {"--template-budget-bytes=196609"}, {"--drivers="}, {"--workers=0"}} {
 		o := NewOptions()
 		if err := o.NewFlagSet().Parse(bad); err != nil {
 			continue

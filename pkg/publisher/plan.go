@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
@@ -225,6 +226,14 @@ func Decide(in Input, cfg Config) Plan {
 	case 0:
 		keepTemplate()
 	case 1:
+		if alreadyPublished(in, firstHash(byHash), cfg.Budget) {
+			// The group already has this template from the publisher: encoding it again
+			// (a JSON document, gzip, the dra-resource-slices key) would give the same bytes.
+			keep(nodegroup.TemplateKeys...)
+			set(nodegroup.DRA(first, cfg.GPUDriver))
+			desired[nodegroup.SourceAnnotation] = nodegroup.SourceNodes
+			break
+		}
 		ann, err := first.Encode(cfg.Budget)
 		if err == nil {
 			err = nodegroup.AddDRAResourceSlices(ann, first, cfg.Budget)
@@ -251,6 +260,27 @@ func Decide(in Input, cfg Config) Plan {
 		keepTemplate()
 	}
 	return finish(p, in, desired)
+}
+
+func firstHash(byHash map[string][]string) string {
+	for h := range byHash {
+		return h
+	}
+	return ""
+}
+
+// alreadyPublished reports whether the group has the template of hash as the publisher wrote it:
+// every template key present and the publisher's, of this format version, within the budget.
+func alreadyPublished(in Input, hash string, budget int) bool {
+	if in.Annotations[template.HashAnnotation] != hash || in.Annotations[template.VersionAnnotation] != template.Version {
+		return false
+	}
+	for _, k := range nodegroup.TemplateKeys {
+		if _, ok := in.Annotations[k]; !ok || !in.Owned.Has(k) {
+			return false
+		}
+	}
+	return templateBytes(in.Annotations) <= budget
 }
 
 // copyFrom fills desired from the copy source, or reports why it cannot.
@@ -310,7 +340,40 @@ func finish(p Plan, in Input, desired map[string]string) Plan {
 		p.Apply = desired
 	}
 	p.TemplateBytes = templateBytes(merged)
+	if size, before := AnnotationBytes(merged), AnnotationBytes(in.Annotations); p.Apply != nil && size > MaxAnnotationBytes && size > before {
+		// The API server would refuse the object (or Cluster API the MachineSet it copies
+		// the annotations to); nothing is written and what the group has stays.
+		p.Problems = append(p.Problems, Problem{ReasonOverBudget, fmt.Sprintf(
+			"the group's annotations would total %d bytes after the write (%d now), over the %d bytes the publisher allows (the API's limit of %d for all annotations of an object, less %d for what Cluster API adds to the MachineSets it copies them to); nothing is written, the current annotations are kept: lower --template-budget-bytes or remove other annotations",
+			size, before, MaxAnnotationBytes, apivalidation.TotalAnnotationSizeLimitB, AnnotationReserveBytes)})
+		p.Apply, p.Changed, p.Divergence = nil, nil, nil
+		p.TemplateBytes = templateBytes(in.Annotations)
+	}
 	return p
+}
+
+// Sizes of all annotations of a group object together.
+const (
+	// AnnotationReserveBytes is left to what Cluster API adds to the annotations it copies from
+	// a MachineDeployment to its MachineSets (revision, desired and max replicas).
+	AnnotationReserveBytes = 4 << 10
+	// MaxAnnotationBytes is the most the publisher lets all annotations of a group (keys plus
+	// values, its own and everyone else's) grow to with a write: the API's limit less the
+	// reserve.
+	MaxAnnotationBytes = apivalidation.TotalAnnotationSizeLimitB - AnnotationReserveBytes
+	// MaxTemplateBudget caps --template-budget-bytes: the template keys may take at most
+	// three quarters of an object's annotations, the rest is left to the capacity keys and
+	// to everyone else's.
+	MaxTemplateBudget = apivalidation.TotalAnnotationSizeLimitB * 3 / 4
+)
+
+// AnnotationBytes is the size of annotations as the API server counts it (keys plus values).
+func AnnotationBytes(ann map[string]string) int {
+	n := 0
+	for k, v := range ann {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // leaveForeignAlone drops from desired every key that another manager owns with a different

@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -132,7 +134,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 		})))
 	}
 	if r.Workloads == nil {
-		b = b.WatchesRawSource(source.TypedKind(c, &corev1.Node{}, mapEvents(r.groupsOfNodeObject, relevantNodeUpdate))).
+		b = b.WatchesRawSource(source.TypedKind(c, &corev1.Node{}, mapEventsFor(r.groupsOfNodeObject, relevantNodeUpdate, r.nodeUpdateMatters))).
 			WatchesRawSource(source.TypedKind(c, &resourceapi.ResourceSlice{}, mapEvents(r.groupsOfSlice, relevantSliceUpdate)))
 	} else {
 		ch := make(chan event.TypedGenericEvent[GroupKey], 1024)
@@ -169,13 +171,101 @@ func relevantNodeUpdate(o, n *corev1.Node) bool {
 		!equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity)
 }
 
+// relevantSliceUpdate: a change of the spec, or of the shape or identity values the cache folds
+// it into (slicecache.go).
 func relevantSliceUpdate(o, n *resourceapi.ResourceSlice) bool {
-	return !equality.Semantic.DeepEqual(o.Spec, n.Spec)
+	return !equality.Semantic.DeepEqual(o.Spec, n.Spec) || !maps.Equal(o.Annotations, n.Annotations)
+}
+
+// nodeUpdateMatters filters a relevant Node update per group: a change of labels alone (GPU
+// feature discovery rewrites a timestamp label on every node every minute) matters to a group
+// only if it can change the labels the group's current nodes have in common (labelChangeMatters).
+func (r *Reconciler) nodeUpdateMatters(ctx context.Context, key GroupKey, o, n *corev1.Node) bool {
+	if o.UID != n.UID || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) ||
+		!equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity) {
+		return true
+	}
+	return r.labelChangeMatters(ctx, key, o, n)
+}
+
+// labelChangeMatters reports whether changing node n's labels from o's can change the labels
+// common to the current nodes of the group: only for a label that was common before (all
+// nodes had o's value) or is common after (all have n's). A node outside the group's current
+// revision does not count at all. When in doubt (a MachinePool, a cache miss) it matters.
+func (r *Reconciler) labelChangeMatters(ctx context.Context, key GroupKey, o, n *corev1.Node) bool {
+	if key.Kind == KindMachinePool {
+		return true
+	}
+	obj, err := r.getGroup(ctx, key)
+	if err != nil {
+		return true
+	}
+	names, err := r.currentNodeNames(ctx, key, obj)
+	if err != nil {
+		return true
+	}
+	if !slices.Contains(names, n.Name) {
+		return false
+	}
+	others := make([]*corev1.Node, 0, len(names))
+	for _, name := range names {
+		if name == n.Name {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return true
+		}
+		others = append(others, node)
+	}
+	commonWith := func(k string, labels map[string]string) bool {
+		v, ok := labels[k]
+		if !ok {
+			return false
+		}
+		for _, m := range others {
+			if w, ok := m.Labels[k]; !ok || w != v {
+				return false
+			}
+		}
+		return true
+	}
+	for k := range changedKeys(o.Labels, n.Labels) {
+		if commonWith(k, o.Labels) || commonWith(k, n.Labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// changedKeys are the keys whose values differ between two maps (present in one only included).
+func changedKeys(a, b map[string]string) sets.Set[string] {
+	out := sets.New[string]()
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			out.Insert(k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out.Insert(k)
+		}
+	}
+	return out
 }
 
 // mapEvents enqueues the groups fn maps an object to, for updates those of the old and the new
 // object, and only when relevant says the update matters.
 func mapEvents[T client.Object](fn func(context.Context, T, bool) []GroupKey, relevant func(o, n T) bool) handler.TypedEventHandler[T, GroupKey] {
+	return mapEventsFor(fn, relevant, nil)
+}
+
+// mapEventsFor is mapEvents where matters, when set, also decides for each group of a relevant
+// update whether it concerns that group.
+func mapEventsFor[T client.Object](fn func(context.Context, T, bool) []GroupKey, relevant func(o, n T) bool, matters func(ctx context.Context, key GroupKey, o, n T) bool) handler.TypedEventHandler[T, GroupKey] {
 	add := func(q workqueue.TypedRateLimitingInterface[GroupKey], keys []GroupKey) {
 		for _, k := range keys {
 			q.Add(k)
@@ -189,7 +279,11 @@ func mapEvents[T client.Object](fn func(context.Context, T, bool) []GroupKey, re
 			if !relevant(e.ObjectOld, e.ObjectNew) {
 				return
 			}
-			add(q, sortedKeys(append(fn(ctx, e.ObjectOld, false), fn(ctx, e.ObjectNew, false)...)))
+			keys := sortedKeys(append(fn(ctx, e.ObjectOld, false), fn(ctx, e.ObjectNew, false)...))
+			if matters != nil {
+				keys = slices.DeleteFunc(keys, func(k GroupKey) bool { return !matters(ctx, k, e.ObjectOld, e.ObjectNew) })
+			}
+			add(q, keys)
 		},
 		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[GroupKey]) {
 			add(q, fn(ctx, e.Object, true))

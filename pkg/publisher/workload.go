@@ -86,6 +86,11 @@ type WorkloadClusters struct {
 	OnNode    func(ctx context.Context, c ClusterRef, node string, deleted bool)
 	OnCluster func(ctx context.Context, c ClusterRef)
 
+	// drivers and slices say which ResourceSlices the caches keep and how (nodeCacheObjects);
+	// slices nil keeps them whole.
+	drivers []string
+	slices  *sliceStripper
+
 	mu       sync.Mutex
 	ctx      context.Context
 	clusters map[ClusterRef]*workloadCluster
@@ -236,7 +241,7 @@ func (w *WorkloadClusters) start(ref ClusterRef, kubeconfig []byte, hash string)
 	cfg.QPS, cfg.Burst = w.QPS, w.Burst
 	cfg.UserAgent = Name
 	cfg.Timeout = w.SyncTimeout
-	c, err := cache.New(cfg, cache.Options{Scheme: w.Scheme, ByObject: nodeCacheObjects()})
+	c, err := cache.New(cfg, cache.Options{Scheme: w.Scheme, ByObject: nodeCacheObjects(w.drivers, w.slices)})
 	if err != nil {
 		return nil, err
 	}

@@ -356,3 +356,14 @@ func placeholderPrefix(fq string) string {
 	}
 	return p
 }
+
+// IdentityMatcher returns what reports whether Build with opts replaces the values of a
+// driver's attribute with placeholders (BuildOptions.IdentityAttributes).
+func (opts BuildOptions) IdentityMatcher() func(driver string, name resourceapi.QualifiedName) bool {
+	identity := opts.IdentityAttributes
+	if identity == nil {
+		identity = DefaultIdentityAttributes()
+	}
+	m := newIdentityMatcher(identity)
+	return func(driver string, name resourceapi.QualifiedName) bool { return m.match(qualify(driver, name)) }
+}
