@@ -108,6 +108,10 @@ type pciFunction struct {
 	product Product
 	// err says why the function is an NPU that cannot be enumerated.
 	err error
+	// udevid is the driver's ID of the function, the minor of its /dev/davinci node; -1 when
+	// sysfs does not say (why says why).
+	udevid int
+	why    string
 }
 
 // Enumerate implements device.Backend. A node with no Ascend NPU yields an empty inventory; an
@@ -122,31 +126,43 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 
 	inv := &device.Inventory{Kind: device.KindNPU, Devices: make([]device.Device, 0, len(npus))}
 	sysfs := deviceattribute.WithFSFromRoot(b.cfg.SysRoot)
-	for i, f := range npus {
+	for _, a := range b.assign(ctx, npus) {
+		f := a.fn
 		d := device.Device{
-			Name:          device.NameFor(device.KindNPU, i),
+			Name:          device.NameFor(device.KindNPU, a.number),
 			Kind:          device.KindNPU,
-			Number:        i,
-			Index:         i,
+			Number:        a.number,
+			Index:         a.number,
 			ProductName:   f.product.Name,
 			Architecture:  f.product.Architecture,
 			DriverVersion: driverVersion,
-			PCIBusID:      f.busID,
 			MemoryBytes:   f.product.MemoryBytes,
 		}
 		err := f.err
-		var n device.Node
 		if err == nil {
-			n, err = b.node(fmt.Sprintf("davinci%d", i))
+			err = a.err
 		}
 		if err != nil {
-			fail := device.Failed{Index: i, Name: d.Name, PCIBusID: f.busID, Err: fmt.Errorf("%s (PCI %s): %w", d.Name, f.busID, err)}
-			logger.Error(fail.Err, "Leaving NPU out: it cannot be read", "device", d.Name, "pciBusID", f.busID)
+			fail := device.Failed{Index: a.number, Name: d.Name, PCIBusID: f.busID, Err: fmt.Errorf("%s (PCI %s): %w", d.Name, f.busID, err)}
+			if a.number < 0 {
+				fail.Name, fail.Err = "", fmt.Errorf("NPU at PCI %s: %w", f.busID, err)
+			}
+			logger.Error(fail.Err, "Leaving NPU out: it cannot be read", "device", fail.Name, "pciBusID", f.busID)
 			inv.Failed = append(inv.Failed, fail)
 			continue
 		}
-		d.Nodes = []device.Node{n}
+		d.Nodes = []device.Node{a.node}
+		// The UUID is derived as it always was, from the function the node is mapped to (or, not
+		// verified, from the function in its bus order position), so that no UUID changes on a
+		// node whose numbering followed bus order.
 		d.UUID = b.uuid(ctx, f.busID)
+		if !a.verified {
+			logger.Info("Cannot verify which PCI function is this NPU's, publishing no PCI bus ID, PCIe root or NUMA node",
+				"device", d.Name, "node", a.node.Path, "reason", a.why)
+			inv.Devices = append(inv.Devices, d)
+			continue
+		}
+		d.PCIBusID = f.busID
 		if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(f.busID, sysfs); err == nil && attr.Value.StringValue != nil {
 			d.PCIeRoot = *attr.Value.StringValue
 		} else {

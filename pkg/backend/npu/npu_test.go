@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,6 +27,9 @@ type fn struct {
 	noSymlink, noNUMAFile bool
 	// unreadableDevice makes the device attribute a directory, whose read fails even for root.
 	unreadableDevice bool
+	// devID is the Ascend driver's dev_id attribute, none if empty; udevid is the function's
+	// udevid in the devdrv_sysfs_bdf_to_devid table, devID if empty.
+	devID, udevid string
 }
 
 func npuFn(busID, root, deviceID, numa string) fn {
@@ -36,6 +41,9 @@ func npuFn(busID, root, deviceID, numa string) fn {
 type tree struct {
 	fns  []fn
 	devs map[string]string
+	// table writes the driver's devdrv_sysfs_bdf_to_devid table, a row for each function with a
+	// devID, into every function that has one.
+	table bool
 }
 
 func write(t *testing.T, p, content string) {
@@ -58,9 +66,25 @@ func (tr tree) build(t *testing.T) (sysRoot, devRoot string) {
 	if err := os.MkdirAll(devRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	table := "bdf      udevid add_id\n"
+	for _, f := range tr.fns {
+		if f.devID != "" {
+			udevid := f.udevid
+			if udevid == "" {
+				udevid = f.devID
+			}
+			table += fmt.Sprintf("%s  %-6s %-5s\n", f.busID[len("0000:"):], udevid, f.devID)
+		}
+	}
 	for _, f := range tr.fns {
 		rel := filepath.Join("devices", f.root, f.busID)
 		d := filepath.Join(sysRoot, rel)
+		if f.devID != "" {
+			write(t, filepath.Join(d, "dev_id"), f.devID+"\n")
+			if tr.table {
+				write(t, filepath.Join(d, "devdrv_sysfs_bdf_to_devid"), table)
+			}
+		}
 		write(t, filepath.Join(d, "vendor"), f.vendor+"\n")
 		if f.unreadableDevice {
 			if err := os.MkdirAll(filepath.Join(d, "device"), 0o755); err != nil {
@@ -82,6 +106,9 @@ func (tr tree) build(t *testing.T) (sysRoot, devRoot string) {
 			// the tree (and so its PCIe root) is unknown.
 			write(t, filepath.Join(link, "vendor"), f.vendor+"\n")
 			write(t, filepath.Join(link, "device"), f.device+"\n")
+			if f.devID != "" {
+				write(t, filepath.Join(link, "dev_id"), f.devID+"\n")
+			}
 			continue
 		}
 		if err := os.Symlink(filepath.Join("..", "..", "..", rel), link); err != nil {
@@ -194,14 +221,14 @@ func TestEnumerate(t *testing.T) {
 			}, devs: devs(map[string]string{"davinci0": "236:0"})},
 			want:       []string{"npu-0:0000:01:00.0:Ascend 910B:pci0000:00:0"},
 			wantCtl:    ctl,
-			wantFailed: []string{"npu-1:0000:02:00.0:/dev/davinci1: no such file"},
+			wantFailed: []string{":0000:02:00.0:no /dev/davinci node has minor 1"},
 		},
 		"mock node without numbers fails that npu": {
 			tree: tree{fns: []fn{npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0")},
 				devs: devs(map[string]string{"davinci0": "not a node"})},
 			want:       nil,
 			wantCtl:    ctl,
-			wantFailed: []string{"npu-0:0000:01:00.0:/dev/davinci0: regular file (mock tree) without MAJOR:MINOR"},
+			wantFailed: []string{":0000:01:00.0:/dev/davinci0: regular file (mock tree) without MAJOR:MINOR"},
 		},
 		"unreadable device id keeps its number": {
 			tree: tree{fns: []fn{
@@ -232,6 +259,7 @@ func TestEnumerate(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			tc.tree.fns = withDriverIDs(tc.tree.fns)
 			sysRoot, devRoot := tc.tree.build(t)
 			b, err := New(Config{SysRoot: sysRoot, DevRoot: devRoot, NodeName: "node-a", DriverVersionFile: filepath.Join(t.TempDir(), "none")})
 			if err != nil {
@@ -480,5 +508,193 @@ func TestUnknownAcceleratorLogged(t *testing.T) {
 	}
 	if strings.Contains(logs, "0000:7d:00.0") {
 		t.Errorf("Huawei NIC reported at default verbosity; logs:\n%s", logs)
+	}
+}
+
+// withDriverIDs gives the NPUs among fns the dev_ids the Ascend driver would, in bus order as on
+// hosts whose numbering follows it: the functions of known products and those whose device ID
+// cannot be read (the driver probed them).
+func withDriverIDs(fns []fn) []fn {
+	out := slices.Clone(fns)
+	var npus []int
+	for i, f := range out {
+		if _, known := LookupProduct(uint16(mustHex(f.device))); f.vendor == "0x19e5" && f.cls == "0x120000" && (known || f.unreadableDevice) {
+			npus = append(npus, i)
+		}
+	}
+	slices.SortFunc(npus, func(a, b int) int { return strings.Compare(out[a].busID, out[b].busID) })
+	for id, i := range npus {
+		out[i].devID = strconv.Itoa(id)
+	}
+	return out
+}
+
+func mustHex(s string) uint64 {
+	v, _ := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 16)
+	return v
+}
+
+// withDevID gives a function the Ascend driver's dev_id attribute.
+func withDevID(f fn, devID string) fn {
+	f.devID = devID
+	return f
+}
+
+// TestDavinciMapping checks which PCI function each /dev/davinciN is published for: the one the
+// driver's attributes name (the node's minor is the function's udevid), and no topology where
+// they do not say.
+func TestDavinciMapping(t *testing.T) {
+	// Four 910Bs numbered as on an Atlas 800T A2: davinci0..3 are the NPUs at c1, 01, c2, 02.
+	a2 := []fn{
+		withDevID(npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"), "1"),
+		withDevID(npuFn("0000:02:00.0", "pci0000:00", "0xd802", "0"), "3"),
+		withDevID(npuFn("0000:c1:00.0", "pci0000:c0", "0xd802", "1"), "0"),
+		withDevID(npuFn("0000:c2:00.0", "pci0000:c0", "0xd802", "1"), "2"),
+	}
+	nodes4 := devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1", "davinci2": "236:2", "davinci3": "236:3"})
+	noAttrs := make([]fn, len(a2))
+	for i, f := range a2 {
+		noAttrs[i] = withDevID(f, "")
+	}
+	tests := map[string]struct {
+		tree tree
+		// want lists name:node:pciBusID:pcieRoot:numa per device ("-": no NUMA node).
+		want []string
+		// wantUUIDBus names, per device, the bus ID its UUID is derived from (node-a, bus ID).
+		wantUUIDBus map[string]string
+		// wantFailed lists name|pciBusID|error substring per failed NPU.
+		wantFailed []string
+	}{
+		"atlas 800T A2 order from dev_id": {
+			tree: tree{fns: a2, devs: nodes4},
+			want: []string{
+				"npu-0:/dev/davinci0:0000:c1:00.0:pci0000:c0:1",
+				"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
+				"npu-2:/dev/davinci2:0000:c2:00.0:pci0000:c0:1",
+				"npu-3:/dev/davinci3:0000:02:00.0:pci0000:00:0",
+			},
+			wantUUIDBus: map[string]string{"npu-0": "0000:c1:00.0", "npu-1": "0000:01:00.0", "npu-2": "0000:c2:00.0", "npu-3": "0000:02:00.0"},
+		},
+		"atlas 800T A2 order from the bdf table": {
+			tree: tree{fns: a2, devs: nodes4, table: true},
+			want: []string{
+				"npu-0:/dev/davinci0:0000:c1:00.0:pci0000:c0:1",
+				"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
+				"npu-2:/dev/davinci2:0000:c2:00.0:pci0000:c0:1",
+				"npu-3:/dev/davinci3:0000:02:00.0:pci0000:00:0",
+			},
+		},
+		"bus order: names and UUIDs as before": {
+			tree: tree{fns: []fn{
+				withDevID(npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"), "0"),
+				withDevID(npuFn("0000:81:00.0", "pci0000:80", "0xd802", "1"), "1"),
+			}, devs: devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1"}), table: true},
+			want: []string{
+				"npu-0:/dev/davinci0:0000:01:00.0:pci0000:00:0",
+				"npu-1:/dev/davinci1:0000:81:00.0:pci0000:80:1",
+			},
+			wantUUIDBus: map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:81:00.0"},
+		},
+		"udevid from the table, not dev_id (reordered udevids)": {
+			tree: tree{fns: []fn{
+				{busID: "0000:01:00.0", root: "pci0000:00", vendor: "0x19e5", device: "0xd802", cls: "0x120000", numa: "0", devID: "0", udevid: "1"},
+				{busID: "0000:81:00.0", root: "pci0000:80", vendor: "0x19e5", device: "0xd802", cls: "0x120000", numa: "1", devID: "1", udevid: "0"},
+			}, devs: devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1"}), table: true},
+			want: []string{
+				"npu-0:/dev/davinci0:0000:81:00.0:pci0000:80:1",
+				"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
+			},
+		},
+		"logic id is not the minor: the minor decides": {
+			tree: tree{fns: []fn{
+				withDevID(npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"), "2"),
+				withDevID(npuFn("0000:81:00.0", "pci0000:80", "0xd802", "1"), "0"),
+			}, devs: devs(map[string]string{"davinci0": "236:0", "davinci1": "236:2"})},
+			want: []string{
+				"npu-0:/dev/davinci0:0000:81:00.0:pci0000:80:1",
+				"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
+			},
+		},
+		"no driver attributes: no topology, names and UUIDs as before": {
+			tree: tree{fns: noAttrs, devs: nodes4},
+			want: []string{
+				"npu-0:/dev/davinci0:::-",
+				"npu-1:/dev/davinci1:::-",
+				"npu-2:/dev/davinci2:::-",
+				"npu-3:/dev/davinci3:::-",
+			},
+			wantUUIDBus: map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:02:00.0", "npu-2": "0000:c1:00.0", "npu-3": "0000:c2:00.0"},
+		},
+		"two functions with one dev_id: neither verified": {
+			tree: tree{fns: []fn{
+				withDevID(npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"), "0"),
+				withDevID(npuFn("0000:81:00.0", "pci0000:80", "0xd802", "1"), "0"),
+			}, devs: devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1"})},
+			want: []string{
+				"npu-0:/dev/davinci0:::-",
+				"npu-1:/dev/davinci1:::-",
+			},
+		},
+		"dev_id without its node fails, the others map": {
+			tree: tree{fns: []fn{
+				withDevID(npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"), "1"),
+				withDevID(npuFn("0000:81:00.0", "pci0000:80", "0xd802", "1"), "0"),
+			}, devs: devs(map[string]string{"davinci0": "236:0"})},
+			want:       []string{"npu-0:/dev/davinci0:0000:81:00.0:pci0000:80:1"},
+			wantFailed: []string{"|0000:01:00.0|no /dev/davinci node has minor 1"},
+		},
+		"unverified function whose legacy node another function has": {
+			tree: tree{fns: []fn{
+				npuFn("0000:01:00.0", "pci0000:00", "0xd802", "0"),
+				withDevID(npuFn("0000:81:00.0", "pci0000:80", "0xd802", "1"), "0"),
+			}, devs: devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1"})},
+			want:       []string{"npu-0:/dev/davinci0:0000:81:00.0:pci0000:80:1"},
+			wantFailed: []string{"|0000:01:00.0|cannot tell which /dev/davinci node"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sysRoot, devRoot := tc.tree.build(t)
+			b, err := New(Config{SysRoot: sysRoot, DevRoot: devRoot, NodeName: "node-a", DriverVersionFile: filepath.Join(t.TempDir(), "none")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv, err := b.Enumerate(context.Background())
+			if err != nil {
+				t.Fatalf("Enumerate: %v", err)
+			}
+			var got []string
+			for _, d := range inv.Devices {
+				numa := "-"
+				if d.NUMANode != nil {
+					numa = fmt.Sprint(*d.NUMANode)
+				}
+				node := ""
+				if len(d.Nodes) == 1 {
+					node = d.Nodes[0].Path
+				}
+				got = append(got, strings.Join([]string{d.Name, node, d.PCIBusID, d.PCIeRoot, numa}, ":"))
+				if bus, ok := tc.wantUUIDBus[d.Name]; ok && d.UUID != stableid.UUID("NPU", "node-a", bus) {
+					t.Errorf("%s: UUID %q, want the one derived from node-a and %s", d.Name, d.UUID, bus)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("devices (-want +got):\n%s", diff)
+			}
+			var failed []string
+			for _, f := range inv.Failed {
+				failed = append(failed, f.Name+"|"+f.PCIBusID+"|"+f.Err.Error())
+			}
+			if len(failed) != len(tc.wantFailed) {
+				t.Fatalf("failed %q, want %q", failed, tc.wantFailed)
+			}
+			for i, w := range tc.wantFailed {
+				name, rest, _ := strings.Cut(w, "|")
+				bus, msg, _ := strings.Cut(rest, "|")
+				if !strings.HasPrefix(failed[i], name+"|"+bus+"|") || !strings.Contains(failed[i], msg) {
+					t.Errorf("failed device %q, want %q", failed[i], w)
+				}
+			}
+		})
 	}
 }

@@ -4,9 +4,17 @@
 // Layout under <dir>/<profile>/:
 //
 //	sys/devices/pci<dom>:<bus>/<bridges...>/<bdf>/{vendor,device,class,numa_node[,serial_number]}
+//	sys/devices/.../<bdf>/{dev_id,devdrv_sysfs_bdf_to_devid}   (NPUs only)
 //	sys/bus/pci/devices/<bdf> -> ../../../devices/pci<dom>:<bus>/.../<bdf>
+//	sys/class/devdrv-class/davinci<N>/dev
 //	dev/davinci<N>, dev/davinci_manager, dev/devmm_svm, dev/hisi_hdc
 //	driver/version.info
+//
+// The NPU attributes and the davinci nodes are what the Ascend driver makes (see the Ascend part
+// of the project's GPU node facts): the PCIe driver gives each NPU a dev_id (a profile's
+// davinciOrder, else bus order) and writes it to the function's dev_id attribute and to the
+// devdrv_sysfs_bdf_to_devid table; /dev/davinci<N> has the dev_id as its minor and N is the
+// logic ID, the dev_id's rank (equal to it, as dev_ids here are 0..n-1).
 //
 // Creating device special files needs privileges, so the dev entries are regular files holding
 // "MAJOR:MINOR", the format of a sysfs dev attribute, which the NPU backend reads for nodes that
@@ -20,8 +28,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -59,6 +69,9 @@ type profile struct {
 	description   string
 	driverVersion string
 	functions     []pciFunction
+	// davinciOrder lists the NPUs' bus IDs in the order of the dev_ids the driver gives them
+	// (/dev/davinci0 first); nil means ascending bus ID order.
+	davinciOrder []string
 }
 
 func ascend(deviceID uint16, busID, root string, bridges []string, numa int, serial bool) pciFunction {
@@ -111,6 +124,14 @@ func init() {
 		}
 	}
 	profiles["ascend910b-8x-one-unreadable"] = p
+
+	// The same server with the device numbering of an Atlas 800T A2 (910B3): npu-smi there lists
+	// NPU 0..3 at buses C1, 01, C2, 02 (vllm-project/vllm-ascend#1903); the other four follow the
+	// same pattern here (assumed, not seen).
+	p = profiles["ascend910b-8x"]
+	p.description = "ascend910b-8x numbered as on an Atlas 800T A2: /dev/davinci0..7 are the NPUs at buses c1, 01, c2, 02, 81, 41, 82, 42"
+	p.davinciOrder = []string{"0000:c1:00.0", "0000:01:00.0", "0000:c2:00.0", "0000:02:00.0", "0000:81:00.0", "0000:41:00.0", "0000:82:00.0", "0000:42:00.0"}
+	profiles["ascend910b-8x-a2-order"] = p
 }
 
 // Profiles returns the names of the NPU mock profiles, sorted.
@@ -155,6 +176,7 @@ func generate(dir, profileName, nodeName string) (paths, error) {
 	}
 	w := &writer{}
 	var npuBusIDs []string
+	rels := map[string]string{}
 	for _, f := range prof.functions {
 		rel := filepath.Join(append(append([]string{"devices", f.root}, f.bridges...), f.busID)...)
 		fdir := filepath.Join(out.SysRoot, rel)
@@ -172,15 +194,16 @@ func generate(dir, profileName, nodeName string) (paths, error) {
 			w.file(filepath.Join(fdir, "serial_number"), fmt.Sprintf("0331%X\n", sum[:5]))
 		}
 		w.symlink(filepath.Join(out.SysRoot, "bus", "pci", "devices", f.busID), filepath.Join("..", "..", "..", rel))
+		rels[f.busID] = rel
 		if _, ok := npu.LookupProduct(f.device); ok && f.vendor == npu.HuaweiVendorID {
 			npuBusIDs = append(npuBusIDs, f.busID)
 		}
 	}
-	// The backend numbers NPUs in bus ID order; the nodes follow the same rule.
-	sort.Strings(npuBusIDs)
-	for i := range npuBusIDs {
-		w.file(filepath.Join(out.DevRoot, fmt.Sprintf("davinci%d", i)), fmt.Sprintf("%d:%d\n", davinciMajor, i))
+	order, err := davinciOrder(prof, npuBusIDs)
+	if err != nil {
+		return paths{}, fmt.Errorf("NPU mock %s: %w", profileName, err)
 	}
+	w.driverAttributes(out.SysRoot, out.DevRoot, rels, order)
 	w.file(filepath.Join(out.DevRoot, "davinci_manager"), fmt.Sprintf("%d:0\n", davinciManagerMajor))
 	w.file(filepath.Join(out.DevRoot, "devmm_svm"), fmt.Sprintf("%d:0\n", devmmSvmMajor))
 	w.file(filepath.Join(out.DevRoot, "hisi_hdc"), fmt.Sprintf("%d:0\n", hisiHdcMajor))
@@ -189,6 +212,38 @@ func generate(dir, profileName, nodeName string) (paths, error) {
 		return paths{}, fmt.Errorf("generating NPU mock %s in %s: %w", profileName, base, w.err)
 	}
 	return out, nil
+}
+
+// davinciOrder returns the NPUs' bus IDs in dev_id order.
+func davinciOrder(prof profile, npuBusIDs []string) ([]string, error) {
+	sort.Strings(npuBusIDs)
+	if prof.davinciOrder == nil {
+		return npuBusIDs, nil
+	}
+	sorted := slices.Sorted(slices.Values(prof.davinciOrder))
+	if !slices.Equal(sorted, npuBusIDs) {
+		return nil, fmt.Errorf("davinci order %v does not list the NPUs %v", prof.davinciOrder, npuBusIDs)
+	}
+	return prof.davinciOrder, nil
+}
+
+// driverAttributes writes what the Ascend driver adds for the NPUs in order (dev_id order): each
+// function's dev_id and devdrv_sysfs_bdf_to_devid attributes, the devdrv-class devices and the
+// /dev/davinci<N> nodes, whose minor is the dev_id.
+func (w *writer) driverAttributes(sysRoot, devRoot string, rels map[string]string, order []string) {
+	// The driver's table: a header, then bus:dev.fn without the domain, udevid, add_id.
+	table := "bdf      udevid add_id\n"
+	for id, busID := range order {
+		table += fmt.Sprintf("%s  %-6d %-5d\n", busID[strings.Index(busID, ":")+1:], id, id)
+	}
+	for id, busID := range order {
+		fdir := filepath.Join(sysRoot, rels[busID])
+		w.file(filepath.Join(fdir, "dev_id"), fmt.Sprintf("%d\n", id))
+		w.file(filepath.Join(fdir, "devdrv_sysfs_bdf_to_devid"), table)
+		dev := fmt.Sprintf("%d:%d\n", davinciMajor, id)
+		w.file(filepath.Join(sysRoot, "class", "devdrv-class", fmt.Sprintf("davinci%d", id), "dev"), dev)
+		w.file(filepath.Join(devRoot, fmt.Sprintf("davinci%d", id)), dev)
+	}
 }
 
 // New generates the tree of profile for nodeName under dir and returns the real NPU backend

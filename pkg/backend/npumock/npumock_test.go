@@ -39,7 +39,7 @@ func enumerate(t *testing.T, dir, profile, node string) *device.Inventory {
 }
 
 func TestProfiles(t *testing.T) {
-	if diff := cmp.Diff([]string{"ascend310p-2x", "ascend910b-8x", "ascend910b-8x-one-unreadable"}, Profiles()); diff != "" {
+	if diff := cmp.Diff([]string{"ascend310p-2x", "ascend910b-8x", "ascend910b-8x-a2-order", "ascend910b-8x-one-unreadable"}, Profiles()); diff != "" {
 		t.Errorf("Profiles() (-want +got):\n%s", diff)
 	}
 	for _, p := range Profiles() {
@@ -74,6 +74,13 @@ func TestEnumerateProfiles(t *testing.T) {
 			busIDs: []string{"0000:01:00.0", "0000:02:00.0", "0000:41:00.0", "0000:42:00.0", "0000:81:00.0", "0000:82:00.0", "0000:c1:00.0", "0000:c2:00.0"},
 			roots:  []string{"pci0000:00", "pci0000:00", "pci0000:40", "pci0000:40", "pci0000:80", "pci0000:80", "pci0000:c0", "pci0000:c0"},
 			numa:   []int64{0, 0, 0, 0, 1, 1, 1, 1},
+		},
+		// /dev/davinciN is the NPU the driver numbered N, whatever its bus ID.
+		"ascend910b-8x-a2-order": {
+			product: "Ascend 910B", arch: "Ascend910B", driver: "24.1.rc2", memory: 64 << 30,
+			busIDs: []string{"0000:c1:00.0", "0000:01:00.0", "0000:c2:00.0", "0000:02:00.0", "0000:81:00.0", "0000:41:00.0", "0000:82:00.0", "0000:42:00.0"},
+			roots:  []string{"pci0000:c0", "pci0000:00", "pci0000:c0", "pci0000:00", "pci0000:80", "pci0000:40", "pci0000:80", "pci0000:40"},
+			numa:   []int64{1, 0, 1, 0, 1, 0, 1, 0},
 		},
 		"ascend310p-2x": {
 			product: "Ascend 310P", arch: "Ascend310P", driver: "23.0.0", memory: 24 << 30,
