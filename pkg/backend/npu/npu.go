@@ -7,24 +7,27 @@
 //     the product table (products.go) is an NPU. Huawei functions with other IDs are ignored;
 //     unknown IDs of class 0x12 (processing accelerator) are logged, as they are probably NPUs
 //     this backend does not know yet.
-//  2. NPUs are numbered in ascending PCI bus ID order, and NPU i is /dev/davinci<i>. The
-//     driver's logical IDs follow its PCI probe order, which is bus ID order on the hosts we know
-//     of; the authoritative mapping is DCMI's logical/physical ID query, which needs Huawei's
-//     closed library. The device is named npu-<i> after its node, never after anything else, so
-//     that a name always means the same /dev/davinci<i>. A Huawei processing accelerator (class
-//     0x12) whose device ID cannot be read still takes its place in the numbering, as it does in
-//     the driver's probe order, so that one unreadable function does not rename the NPUs after it.
-//     An NPU whose sysfs cannot be read, or whose node is missing or unreadable, is reported in
-//     Inventory.Failed (name, PCI bus ID, error) and left out; the others are enumerated.
+//  2. Each NPU is published as npu-<N> after its node /dev/davinci<N>, never after anything else,
+//     so that a name always means the same node. Which function a node is comes from the driver
+//     (mapping.go): the node's minor is the udevid that the driver's attributes give the
+//     function. Where they do not, the function in position i of bus ID order gets
+//     /dev/davinci<i>, as this backend assumed before, and is published without bus ID, PCIe
+//     root or NUMA node. A Huawei processing accelerator (class 0x12) whose device ID cannot be
+//     read still takes its place in that order, so that one unreadable function does not
+//     rename the NPUs after it. An NPU whose sysfs cannot be read, or whose node is missing or
+//     unreadable, is reported in Inventory.Failed (name where known, PCI bus ID, error) and left
+//     out; the others are enumerated.
 //  3. /dev/davinci_manager, /dev/devmm_svm and /dev/hisi_hdc are the control nodes every NPU
 //     container needs; a missing one is logged and left out.
 //  4. A node's type and numbers come from stat. A node that is a regular file (a generated mock
 //     tree, where creating device nodes would need privileges) holds them as text, in the format
 //     of a sysfs `dev` attribute ("MAJOR:MINOR").
-//  5. pcieRoot and numaNode come from the deviceattribute helpers over SysRoot, as for GPUs.
+//  5. pcieRoot and numaNode come from the deviceattribute helpers over SysRoot, as for GPUs, for
+//     NPUs whose function is verified (step 2).
 //  6. The UUID is "NPU-" + a hash of the PCI function's serial_number file where the tree has one
-//     (stock Ascend drivers are not known to provide it), else of node name and PCI bus ID:
-//     stable across restarts either way, and unique across nodes.
+//     (stock Ascend drivers are not known to provide it), else of node name and PCI bus ID, for
+//     the function of step 2: stable across restarts either way, unique across nodes, and the
+//     same as before the mapping on nodes numbered in bus order.
 //  7. The driver version is the Version= line of the Ascend driver's version.info
 //     (DefaultDriverVersionFile); if it is missing, driverVersion is left empty.
 package npu

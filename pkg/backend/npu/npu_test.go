@@ -551,6 +551,12 @@ func TestDavinciMapping(t *testing.T) {
 		withDevID(npuFn("0000:c1:00.0", "pci0000:c0", "0xd802", "1"), "0"),
 		withDevID(npuFn("0000:c2:00.0", "pci0000:c0", "0xd802", "1"), "2"),
 	}
+	a2Want := []string{
+		"npu-0:/dev/davinci0:0000:c1:00.0:pci0000:c0:1",
+		"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
+		"npu-2:/dev/davinci2:0000:c2:00.0:pci0000:c0:1",
+		"npu-3:/dev/davinci3:0000:02:00.0:pci0000:00:0",
+	}
 	nodes4 := devs(map[string]string{"davinci0": "236:0", "davinci1": "236:1", "davinci2": "236:2", "davinci3": "236:3"})
 	noAttrs := make([]fn, len(a2))
 	for i, f := range a2 {
@@ -566,23 +572,13 @@ func TestDavinciMapping(t *testing.T) {
 		wantFailed []string
 	}{
 		"atlas 800T A2 order from dev_id": {
-			tree: tree{fns: a2, devs: nodes4},
-			want: []string{
-				"npu-0:/dev/davinci0:0000:c1:00.0:pci0000:c0:1",
-				"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
-				"npu-2:/dev/davinci2:0000:c2:00.0:pci0000:c0:1",
-				"npu-3:/dev/davinci3:0000:02:00.0:pci0000:00:0",
-			},
+			tree:        tree{fns: a2, devs: nodes4},
+			want:        a2Want,
 			wantUUIDBus: map[string]string{"npu-0": "0000:c1:00.0", "npu-1": "0000:01:00.0", "npu-2": "0000:c2:00.0", "npu-3": "0000:02:00.0"},
 		},
 		"atlas 800T A2 order from the bdf table": {
 			tree: tree{fns: a2, devs: nodes4, table: true},
-			want: []string{
-				"npu-0:/dev/davinci0:0000:c1:00.0:pci0000:c0:1",
-				"npu-1:/dev/davinci1:0000:01:00.0:pci0000:00:0",
-				"npu-2:/dev/davinci2:0000:c2:00.0:pci0000:c0:1",
-				"npu-3:/dev/davinci3:0000:02:00.0:pci0000:00:0",
-			},
+			want: a2Want,
 		},
 		"bus order: names and UUIDs as before": {
 			tree: tree{fns: []fn{
