@@ -26,8 +26,8 @@ type Node struct {
 	Path string `json:"path"`
 	// HostPath is the node on the host; empty means the same as Path.
 	HostPath string `json:"hostPath,omitempty"`
-	// Type, Major and Minor are filled in so that a runtime need not stat the host path; mock
-	// backends rely on that because their nodes do not exist on the host.
+	// Type, Major and Minor are filled in so that a runtime need not stat the host path: a node
+	// built from /proc/devices exists on no host path, and mock nodes may be stand-ins.
 	Type  string `json:"type,omitempty"`
 	Major int64  `json:"major,omitempty"`
 	Minor int64  `json:"minor,omitempty"`
