@@ -586,8 +586,10 @@ func churn(ctx context.Context, cs kubernetes.Interface, shape *benchShape, grou
 					continue
 				}
 				for name, a := range s.Spec.Devices[i].Attributes {
-					if (name == "uuid" || name == "parentUUID") && a.StringValue != nil {
-						s.Spec.Devices[i].Attributes[name] = resourceapi.DeviceAttribute{StringValue: new(*a.StringValue + "-replaced")}
+					// setIdentity's generation 0 becomes 1: the API caps attribute strings
+					// at 64 bytes, so nothing is appended.
+					if v := a.StringValue; (name == "uuid" || name == "parentUUID") && v != nil && strings.HasSuffix(*v, "-0") {
+						s.Spec.Devices[i].Attributes[name] = resourceapi.DeviceAttribute{StringValue: new(strings.TrimSuffix(*v, "-0") + "-1")}
 					}
 				}
 			}
