@@ -91,8 +91,12 @@ type Device struct {
 	// Index is the position in the vendor library's enumeration (the NVML index), published as
 	// the index attribute because tools such as nvidia-smi speak it; it may change across
 	// reboots and driver reloads, so nothing keys on it.
-	Index        int    `json:"index"`
-	UUID         string `json:"uuid"`
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// FormerUUIDs are UUIDs an earlier release of this backend published for the device behind
+	// the same nodes (the Ascend backend's UUIDs before it mapped /dev/davinciN to its chip), so
+	// that a claim it prepared is recognised as this device's, not refused as another's.
+	FormerUUIDs []string `json:"formerUUIDs,omitempty"`
 	ProductName  string `json:"productName"`
 	Architecture string `json:"architecture,omitempty"`
 	// DriverVersion as the driver reports it, e.g. "570.124.06"; it is published as a version

@@ -679,6 +679,10 @@ func (d *Driver) verifyIdentity(ctx context.Context, l *checkpoint.Locked, c *ch
 			}
 		case pd.UUID == "":
 			pd.UUID, pd.Nodes, migrated, v1 = dev.UUID, stdslices.Clone(dev.Nodes), true, true
+		case pd.UUID != dev.UUID && stdslices.Contains(dev.FormerUUIDs, pd.UUID) && stdslices.EqualFunc(device.WithoutDRM(pd.Nodes), device.WithoutDRM(dev.Nodes), device.Node.Same):
+			// The same nodes, so the same device, which an earlier release named by another UUID.
+			logger.Info("Prepared device's UUID was corrected by the backend since the claim was prepared; updating the claim's record", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "uuid", pd.UUID, "now", dev.UUID)
+			pd.UUID, migrated = dev.UUID, true
 		case pd.UUID != dev.UUID || !stdslices.EqualFunc(device.WithoutDRM(pd.Nodes), device.WithoutDRM(dev.Nodes), device.Node.Same):
 			err = fmt.Errorf("claim %s/%s (%s): device %s was prepared as UUID %s (nodes %s) but is now UUID %s (nodes %s); refusing to give the claim a different device: delete its pod so that the claim is allocated again",
 				c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, nodePaths(pd.Nodes), dev.UUID, nodePaths(dev.Nodes))

@@ -331,6 +331,64 @@ func TestIdentityChange(t *testing.T) {
 	}
 }
 
+// TestFormerUUID: a backend that corrected a device's UUID (the Ascend backend, once it maps
+// /dev/davinciN to its chip) names the UUID it published before; a claim prepared with that
+// UUID on the same nodes is the same device, restored with its record updated, while the former
+// UUID on other nodes is still refused.
+func TestFormerUUID(t *testing.T) {
+	tests := map[string]struct {
+		change      func(inv *device.Inventory, old string)
+		wantRefused bool
+	}{
+		"same nodes": {change: func(inv *device.Inventory, old string) {
+			inv.Devices[1].UUID, inv.Devices[1].FormerUUIDs = "GPU-corrected", []string{"GPU-other", old}
+		}},
+		"other nodes": {wantRefused: true, change: func(inv *device.Inventory, old string) {
+			inv.Devices[1].UUID, inv.Devices[1].FormerUUIDs = "GPU-corrected", []string{old}
+			inv.Devices[1].Nodes[0].Minor, inv.Devices[1].Nodes[0].Path = 7, "/dev/nvidia7"
+		}},
+		"not former": {wantRefused: true, change: func(inv *device.Inventory, old string) {
+			inv.Devices[1].UUID, inv.Devices[1].FormerUUIDs = "GPU-corrected", []string{"GPU-other"}
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, inventory(4))
+			c := claim("u1", []result{{Device: "gpu-1"}})
+			e.exist(c)
+			if r := e.prepare(c); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			old := e.inv.Devices[1].UUID
+			e.inv = inventory(4)
+			tc.change(e.inv, old)
+			rep := e.start()
+			record, err := os.ReadFile(e.recordPath("u1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantRefused {
+				if fmt.Sprint(rep.Refused) != "[u1]" || !strings.Contains(string(record), old) {
+					t.Errorf("report %+v, record %s: want u1 refused and its record as it was", rep, record)
+				}
+				return
+			}
+			if fmt.Sprint(rep.Restored) != "[u1]" || len(rep.Refused) != 0 {
+				t.Fatalf("report %+v, want u1 restored", rep)
+			}
+			if !strings.Contains(string(record), `"GPU-corrected"`) || strings.Contains(string(record), old) {
+				t.Errorf("record %s: want the corrected UUID in place of %s", record, old)
+			}
+			if !exists(e.specPath("u1")) || len(e.events.msgs) != 0 {
+				t.Errorf("spec kept %v, events %v: want the spec and no event", exists(e.specPath("u1")), e.events.msgs)
+			}
+			if r := e.prepare(c); r.Err != nil {
+				t.Errorf("the kubelet's next prepare: %v", r.Err)
+			}
+		})
+	}
+}
+
 // drmNodes are the card and render node of GPU n where nothing else holds a DRM minor.
 func drmNodes(n int64) []device.Node {
 	return []device.Node{

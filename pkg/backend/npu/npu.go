@@ -159,6 +159,11 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 		// verified, from the function in its bus order position), so that no UUID changes on a
 		// node whose numbering followed bus order.
 		d.UUID = b.uuid(ctx, f.busID)
+		if a.verified && a.number < len(npus) && npus[a.number].busID != f.busID {
+			// Before the mapping, /dev/davinciN was taken for the N-th function in bus order
+			// and published with that function's UUID: a claim prepared then holds it.
+			d.FormerUUIDs = []string{b.uuid(ctx, npus[a.number].busID)}
+		}
 		if !a.verified {
 			logger.Info("Cannot verify which PCI function is this NPU's, publishing no PCI bus ID, PCIe root or NUMA node",
 				"device", d.Name, "node", a.node.Path, "reason", a.why)

@@ -568,13 +568,18 @@ func TestDavinciMapping(t *testing.T) {
 		want []string
 		// wantUUIDBus names, per device, the bus ID its UUID is derived from (node-a, bus ID).
 		wantUUIDBus map[string]string
+		// wantFormerBus names, per device, the bus ID of the UUID the backend published for its
+		// node before it mapped nodes to chips (its node's position in bus order); a device
+		// not named has none. Nil: not checked.
+		wantFormerBus map[string]string
 		// wantFailed lists name|pciBusID|error substring per failed NPU.
 		wantFailed []string
 	}{
 		"atlas 800T A2 order from dev_id": {
-			tree:        tree{fns: a2, devs: nodes4},
-			want:        a2Want,
-			wantUUIDBus: map[string]string{"npu-0": "0000:c1:00.0", "npu-1": "0000:01:00.0", "npu-2": "0000:c2:00.0", "npu-3": "0000:02:00.0"},
+			tree:          tree{fns: a2, devs: nodes4},
+			want:          a2Want,
+			wantUUIDBus:   map[string]string{"npu-0": "0000:c1:00.0", "npu-1": "0000:01:00.0", "npu-2": "0000:c2:00.0", "npu-3": "0000:02:00.0"},
+			wantFormerBus: map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:02:00.0", "npu-2": "0000:c1:00.0", "npu-3": "0000:c2:00.0"},
 		},
 		"atlas 800T A2 order from the bdf table": {
 			tree: tree{fns: a2, devs: nodes4, table: true},
@@ -589,7 +594,8 @@ func TestDavinciMapping(t *testing.T) {
 				"npu-0:/dev/davinci0:0000:01:00.0:pci0000:00:0",
 				"npu-1:/dev/davinci1:0000:81:00.0:pci0000:80:1",
 			},
-			wantUUIDBus: map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:81:00.0"},
+			wantUUIDBus:   map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:81:00.0"},
+			wantFormerBus: map[string]string{},
 		},
 		"udevid from the table, not dev_id (reordered udevids)": {
 			tree: tree{fns: []fn{
@@ -619,7 +625,8 @@ func TestDavinciMapping(t *testing.T) {
 				"npu-2:/dev/davinci2:::-",
 				"npu-3:/dev/davinci3:::-",
 			},
-			wantUUIDBus: map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:02:00.0", "npu-2": "0000:c1:00.0", "npu-3": "0000:c2:00.0"},
+			wantUUIDBus:   map[string]string{"npu-0": "0000:01:00.0", "npu-1": "0000:02:00.0", "npu-2": "0000:c1:00.0", "npu-3": "0000:c2:00.0"},
+			wantFormerBus: map[string]string{},
 		},
 		"two functions with one dev_id: neither verified": {
 			tree: tree{fns: []fn{
@@ -672,6 +679,15 @@ func TestDavinciMapping(t *testing.T) {
 				got = append(got, strings.Join([]string{d.Name, node, d.PCIBusID, d.PCIeRoot, numa}, ":"))
 				if bus, ok := tc.wantUUIDBus[d.Name]; ok && d.UUID != stableid.UUID("NPU", "node-a", bus) {
 					t.Errorf("%s: UUID %q, want the one derived from node-a and %s", d.Name, d.UUID, bus)
+				}
+				if tc.wantFormerBus != nil {
+					var want []string
+					if bus, ok := tc.wantFormerBus[d.Name]; ok {
+						want = []string{stableid.UUID("NPU", "node-a", bus)}
+					}
+					if !slices.Equal(d.FormerUUIDs, want) {
+						t.Errorf("%s: former UUIDs %q, want %q (the UUID of %s)", d.Name, d.FormerUUIDs, want, tc.wantFormerBus[d.Name])
+					}
 				}
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
