@@ -115,21 +115,7 @@ func (s *sliceStripper) compact(sl *resourceapi.ResourceSlice) (*resourceapi.Res
 			str := func(v string) string { return strconv.Itoa(token(fq, "string", v)) }
 			ver := func(v string) string { return strconv.Itoa(token(fq, "version", v)) }
 			num := func(v int64) int64 { return int64(token(fq, "int", strconv.FormatInt(v, 10))) }
-			switch {
-			case a.StringValue != nil:
-				a.StringValue = new(str(*a.StringValue))
-			case a.VersionValue != nil:
-				a.VersionValue = new(ver(*a.VersionValue))
-			case a.IntValue != nil:
-				a.IntValue = new(num(*a.IntValue))
-			case a.StringValues != nil:
-				a.StringValues = mapValues(a.StringValues, str)
-			case a.VersionValues != nil:
-				a.VersionValues = mapValues(a.VersionValues, ver)
-			case a.IntValues != nil:
-				a.IntValues = mapValues(a.IntValues, num)
-			}
-			d.Attributes[name] = a
+			d.Attributes[name], _ = template.MapAttributeValues(a, str, ver, num)
 		}
 	}
 	shape, err := json.Marshal(spec)
@@ -147,14 +133,6 @@ func (s *sliceStripper) compact(sl *resourceapi.ResourceSlice) (*resourceapi.Res
 		identityAnnotation:  string(ids),
 	}
 	return out, nil
-}
-
-func mapValues[T any](in []T, f func(T) T) []T {
-	out := make([]T, len(in))
-	for i, v := range in {
-		out[i] = f(v)
-	}
-	return out
 }
 
 // expandSlice returns the slice a compacted one was made of, as far as Build reads it: name,
@@ -191,21 +169,7 @@ func (s *sliceStripper) expandSlice(c *resourceapi.ResourceSlice) (resourceapi.R
 			if !s.identity(c.Spec.Driver, name) {
 				continue
 			}
-			switch {
-			case a.StringValue != nil:
-				a.StringValue = new(value(*a.StringValue))
-			case a.VersionValue != nil:
-				a.VersionValue = new(value(*a.VersionValue))
-			case a.IntValue != nil:
-				a.IntValue = new(num(*a.IntValue))
-			case a.StringValues != nil:
-				a.StringValues = mapValues(a.StringValues, value)
-			case a.VersionValues != nil:
-				a.VersionValues = mapValues(a.VersionValues, value)
-			case a.IntValues != nil:
-				a.IntValues = mapValues(a.IntValues, num)
-			}
-			d.Attributes[name] = a
+			d.Attributes[name], _ = template.MapAttributeValues(a, value, value, num)
 		}
 	}
 	return out, bad

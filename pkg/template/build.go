@@ -279,20 +279,8 @@ func assignPlaceholders(drivers []Driver, m identityMatcher) []resourceapi.Fully
 				str := func(v string) string { return prefix + "-" + strconv.Itoa(lookup(fq, "string", v)) }
 				ver := func(v string) string { return "0.0." + strconv.Itoa(lookup(fq, "version", v)) }
 				num := func(v int64) int64 { return int64(lookup(fq, "int", strconv.FormatInt(v, 10))) }
-				switch {
-				case a.StringValue != nil:
-					a.StringValue = new(str(*a.StringValue))
-				case a.VersionValue != nil:
-					a.VersionValue = new(ver(*a.VersionValue))
-				case a.IntValue != nil:
-					a.IntValue = new(num(*a.IntValue))
-				case a.StringValues != nil:
-					a.StringValues = mapSlice(a.StringValues, str)
-				case a.VersionValues != nil:
-					a.VersionValues = mapSlice(a.VersionValues, ver)
-				case a.IntValues != nil:
-					a.IntValues = mapSlice(a.IntValues, num)
-				default:
+				a, ok := MapAttributeValues(a, str, ver, num)
+				if !ok {
 					// Booleans cannot identify hardware; keep them.
 					continue
 				}
@@ -307,6 +295,28 @@ func assignPlaceholders(drivers []Driver, m identityMatcher) []resourceapi.Fully
 	}
 	slices.Sort(out)
 	return out
+}
+
+// MapAttributeValues returns a with its value (or each of its values) mapped by the function of
+// its type; ok is false for a boolean, which is returned as it is.
+func MapAttributeValues(a resourceapi.DeviceAttribute, str, ver func(string) string, num func(int64) int64) (_ resourceapi.DeviceAttribute, ok bool) {
+	switch {
+	case a.StringValue != nil:
+		a.StringValue = new(str(*a.StringValue))
+	case a.VersionValue != nil:
+		a.VersionValue = new(ver(*a.VersionValue))
+	case a.IntValue != nil:
+		a.IntValue = new(num(*a.IntValue))
+	case a.StringValues != nil:
+		a.StringValues = mapSlice(a.StringValues, str)
+	case a.VersionValues != nil:
+		a.VersionValues = mapSlice(a.VersionValues, ver)
+	case a.IntValues != nil:
+		a.IntValues = mapSlice(a.IntValues, num)
+	default:
+		return a, false
+	}
+	return a, true
 }
 
 func mapSlice[T any](in []T, f func(T) T) []T {
