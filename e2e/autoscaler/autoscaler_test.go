@@ -69,8 +69,9 @@ type source struct {
 var (
 	h100  = source{name: "h100", profile: "h100-8x-2numa", devices: 8, gpuCount: "8", arch: "amd64"}
 	gh200 = source{name: "gh200", profile: "gh200-1x", devices: 1, gpuCount: "1", arch: "arm64", seed: true}
-	// 8 H100s in MIG mode, dynamic MIG: 8 whole GPUs and 25 MIG partitions of each.
-	h100MIG = source{name: "h100-mig", profile: "h100-8x-mig", dynamicMIG: true, devices: 208, gpuCount: "8", arch: "amd64"}
+	// 8 H100s in MIG mode, dynamic MIG: each GPU whole (type mig-parent, which no claim for a
+	// GPU gets: CUDA cannot use a GPU in MIG mode whole) and its 25 MIG partitions; no GPU counts.
+	h100MIG = source{name: "h100-mig", profile: "h100-8x-mig", dynamicMIG: true, devices: 208, arch: "amd64"}
 	// Static MIG: gpu-0's 4 MIG devices (gpu-1 and gpu-2 are in MIG mode without any, so not
 	// published) and the whole gpu-3 and gpu-4.
 	staticMIG = source{name: "static-mig", profile: "mig-mixed", devices: 6, gpuCount: "2", arch: "amd64"}
@@ -117,8 +118,11 @@ var cases = []claimCase{
 	{name: "arm64-one-gpu", class: framework.GPUDriver, count: 1, arch: "arm64", groups: []source{h100, gh200}, scales: map[string]string{"slicefix": "gh200", "accel-dra": "gh200"}},
 	// MIG nodes, with the chart's classes: gpu.accel-dra.io selects whole GPUs (type gpu). A
 	// stock autoscaler invents gpu-count devices with type=gpu, so gpu-count must count whole
-	// GPUs: with every device of the driver (208 and 6) slicefix scaled for 9 and 3 GPUs.
-	{name: "dynmig-x8", class: framework.GPUDriver, count: 8, groups: []source{h100MIG}, scales: map[string]string{"slicefix": "h100-mig", "accel-dra": "h100-mig"}},
+	// GPUs: with every device of the driver (208 and 6) slicefix scaled for 9 and 3 GPUs. A node
+	// whose GPUs are all in MIG mode has none a GPU claim can use, so nothing scales for one
+	// (before type mig-parent, both builds scaled the dynamic-MIG group up for 8 GPUs in MIG
+	// mode, which the pod could not have used).
+	{name: "dynmig-x8", class: framework.GPUDriver, count: 8, groups: []source{h100MIG}},
 	{name: "dynmig-x9", class: framework.GPUDriver, count: 9, groups: []source{h100MIG}},
 	// Only the template has the partitions: slicefix's invented devices have no type=mig.
 	{name: "dynmig-1g", class: framework.MIGClass, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].profile == "1g.10gb"`}, groups: []source{h100MIG}, scales: map[string]string{"accel-dra": "h100-mig"}},

@@ -41,6 +41,9 @@ import (
 const (
 	driver   = framework.GPUDriver
 	migClass = "mig.gpu.accel-dra.io"
+	// parentClass is a class of the kind a tool that manages a GPU in MIG mode, or keeps it
+	// free of partitions, brings: the chart has none, and its GPU class never selects one.
+	parentClass = "mig-parent.gpu.accel-dra.io"
 	ns       = "default"
 	podWait  = 3 * time.Minute
 )
@@ -50,7 +53,8 @@ type env struct {
 	client kubernetes.Interface
 }
 
-// classes are the chart's GPU and MIG classes (deployments/helm/.../deviceclasses.yaml).
+// classes are the chart's GPU and MIG classes (deployments/helm/.../deviceclasses.yaml), and
+// parentClass.
 func classes() []*resourceapi.DeviceClass {
 	mk := func(name, typ string) *resourceapi.DeviceClass {
 		return &resourceapi.DeviceClass{
@@ -60,7 +64,7 @@ func classes() []*resourceapi.DeviceClass {
 			}}}},
 		}
 	}
-	return []*resourceapi.DeviceClass{mk(driver, "gpu"), mk(migClass, "mig")}
+	return []*resourceapi.DeviceClass{mk(driver, "gpu"), mk(migClass, "mig"), mk(parentClass, "mig-parent")}
 }
 
 // runPod creates a claim template of one device of class matching selectors, and a pod using
@@ -305,8 +309,15 @@ func TestMIG(t *testing.T) {
 			t.Errorf("MIG instances %v, want the two pods'", got)
 		}
 
-		// The whole of gpu-1 consumes every counter: pending while a partition is allocated.
-		e.createPod(t, dynNode.Name, "whole-gpu1", driver, fmt.Sprintf("device.attributes[%q].uuid == %q", driver, parent))
+		// A claim for a GPU never gets one in MIG mode, which CUDA cannot use whole: on this
+		// node only the H100 gpu-3 and the L4 gpu-4 are GPUs; the A100s are all in MIG mode.
+		e.createPod(t, dynNode.Name, "gpu-a100", driver, fmt.Sprintf("device.attributes[%q].productName.startsWith(\"NVIDIA A100\")", driver))
+		e.stayPending(t, "gpu-a100", 15*time.Second)
+		e.deletePod(t, "gpu-a100")
+
+		// The whole of gpu-1 (type mig-parent) consumes every counter: pending while a
+		// partition is allocated.
+		e.createPod(t, dynNode.Name, "whole-gpu1", parentClass, fmt.Sprintf("device.attributes[%q].uuid == %q", driver, parent))
 		e.stayPending(t, "whole-gpu1", 15*time.Second)
 		e.deletePod(t, "mig-1g")
 		e.stayPending(t, "whole-gpu1", 5*time.Second)

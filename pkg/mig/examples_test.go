@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -48,6 +49,17 @@ func TestExamples(t *testing.T) {
 			t.Fatalf("%s on %s: %v", expr, d.Name, err)
 		}
 		return ok
+	}
+	// The GPU class never selects a GPU in MIG mode (gpu-0, gpu-1, gpu-2), which CUDA cannot use
+	// whole, though dynamic MIG publishes each whole beside its partitions.
+	var gpus []string
+	for _, d := range devs {
+		if matches(classes["gpu.accel-dra.io"], d) {
+			gpus = append(gpus, d.Name)
+		}
+	}
+	if want := []string{"gpu-3", "gpu-4"}; !slices.Equal(gpus, want) {
+		t.Errorf("the GPU class selects %v, want only the GPUs not in MIG mode, %v", gpus, want)
 	}
 	templates := 0
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))

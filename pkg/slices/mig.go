@@ -15,7 +15,12 @@ import (
 // MIG attributes and capacities (docs/mig.md). A MIG device also has the parent GPU's
 // productName, index, architecture, versions, PCI and NUMA attributes, and type "mig".
 const (
-	TypeMIG                                            = "mig"
+	TypeMIG = "mig"
+	// TypeMIGParent is the type of a GPU in MIG mode published whole beside its partitions
+	// (dynamic MIG): CUDA sees no device on a GPU in MIG mode without a MIG instance, so a claim
+	// for a GPU (type "gpu", the DeviceClass's selector and users' own) must never get it; a
+	// claim that manages or watches the GPU, or keeps it free of partitions, asks for this type.
+	TypeMIGParent                                      = "mig-parent"
 	AttrProfile              resourceapi.QualifiedName = "profile"
 	AttrParentUUID           resourceapi.QualifiedName = "parentUUID"
 	AttrPlacementStart       resourceapi.QualifiedName = "placementStart"

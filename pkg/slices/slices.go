@@ -111,8 +111,13 @@ func Build(inv *device.Inventory, poolName string, opts ...Option) Result {
 // standard helpers refuse) means the device cannot be published; the reason string names the
 // failing conversion for metrics.
 func ToAPI(d *device.Device) (dev resourceapi.Device, omitted []Omitted, reason string, err error) {
+	typ := string(d.Kind)
+	if d.MIG == nil && len(d.Consumes) > 0 {
+		// A whole GPU that consumes counters is a dynamic-MIG parent, in MIG mode.
+		typ = TypeMIGParent
+	}
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		AttrType:        str(string(d.Kind)),
+		AttrType:        str(typ),
 		AttrUUID:        str(d.UUID),
 		AttrProductName: str(d.ProductName),
 		AttrIndex:       {IntValue: ptr(int64(d.Index))},

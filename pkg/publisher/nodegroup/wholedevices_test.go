@@ -29,8 +29,9 @@ func TestDRAOfMockNodes(t *testing.T) {
 	}{
 		"whole H100s": {driver: gpu, profile: "h100-8x-2numa", devices: 8,
 			want: map[string]string{DRADriverKey: gpu, GPUCountKey: "8", DRAPoolKey: gpu}},
-		"dynamic MIG H100s": {driver: gpu, profile: "h100-8x-mig", dynamicMIG: true, devices: 208,
-			want: map[string]string{DRADriverKey: gpu, GPUCountKey: "8", DRAPoolKey: gpu}},
+		// Every GPU in MIG mode: published whole beside its partitions, but as type
+		// mig-parent, which no claim for a GPU gets (CUDA cannot use it whole), so none counts.
+		"dynamic MIG H100s": {driver: gpu, profile: "h100-8x-mig", dynamicMIG: true, devices: 208, want: map[string]string{}},
 		// Static MIG, every GPU in MIG mode: no whole GPU, so a stock autoscaler must expect none.
 		"static MIG, only partitions": {driver: gpu, profile: "mig-mixed-only", devices: 4, want: map[string]string{}},
 		// gpu-0's four instances and two whole GPUs (gpu-1 and gpu-2 are in MIG mode, empty).
