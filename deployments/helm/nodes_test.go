@@ -38,6 +38,23 @@ func requiredTerms(terms ...corev1.NodeSelectorTerm) *corev1.NodeAffinity {
 	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms}}
 }
 
+// notPaused is the GPU plugin's requirement that the GPU operator's driver manager has not
+// paused the DRA driver on the node for a driver upgrade (drivers.gpu.pauseLabel).
+var notPaused = corev1.NodeSelectorRequirement{Key: "nvidia.com/gpu.deploy.dra-driver", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"paused-for-driver-upgrade"}}
+
+// paused returns a with notPaused added to every term, as the chart adds it to the GPU plugin's.
+func paused(a *corev1.NodeAffinity) *corev1.NodeAffinity {
+	out := requiredTerms()
+	for _, t := range a.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		t.MatchExpressions = append(append([]corev1.NodeSelectorRequirement(nil), t.MatchExpressions...), notPaused)
+		out.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = append(out.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, t)
+	}
+	return out
+}
+
+// onlyNotPaused is the GPU plugin's node affinity where nothing else selects nodes.
+var onlyNotPaused = requiredTerms(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{notPaused}})
+
 var (
 	// Any one of the labels that NFD, the GPU operator or GKE put on an NVIDIA GPU node.
 	gpuNodes = requiredTerms(
@@ -71,27 +88,32 @@ func TestNodeSelection(t *testing.T) {
 		nodeAffinity *corev1.NodeAffinity
 		podAnti      bool // the user's podAntiAffinity is kept
 	}{
-		{name: "gpu default", driver: "gpu.accel-dra.io", nodeAffinity: gpuNodes},
+		{name: "gpu default", driver: "gpu.accel-dra.io", nodeAffinity: paused(gpuNodes)},
+		{
+			name:   "gpu without a pause label",
+			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"pauseLabel": ""}}},
+			driver: "gpu.accel-dra.io", nodeAffinity: gpuNodes,
+		},
 		{name: "npu default", values: map[string]any{"drivers": bothDrivers}, driver: "npu.accel-dra.io", nodeAffinity: npuNodes},
 		{
 			name:   "own nodeSelector replaces the labels",
 			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nodeSelector": map[string]any{"pool": "gpu"}}}},
-			driver: "gpu.accel-dra.io", nodeSelector: map[string]string{"pool": "gpu"},
+			driver: "gpu.accel-dra.io", nodeSelector: map[string]string{"pool": "gpu"}, nodeAffinity: onlyNotPaused,
 		},
 		{
 			name:   "own labels, with values",
 			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nodeAffinityLabels": []any{map[string]any{"key": "accelerator", "values": []any{"nvidia-h100", "nvidia-a100"}}, map[string]any{"key": "gpu"}}}}},
-			driver: "gpu.accel-dra.io", nodeAffinity: requiredTerms(in("accelerator", "nvidia-h100", "nvidia-a100"), exists("gpu")),
+			driver: "gpu.accel-dra.io", nodeAffinity: paused(requiredTerms(in("accelerator", "nvidia-h100", "nvidia-a100"), exists("gpu"))),
 		},
 		{
 			name:   "no labels: every node",
 			values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"nodeAffinityLabels": []any{}}}},
-			driver: "gpu.accel-dra.io",
+			driver: "gpu.accel-dra.io", nodeAffinity: onlyNotPaused,
 		},
 		{
 			name:   "shared affinity without nodeAffinity keeps the labels",
 			values: map[string]any{"plugin": map[string]any{"affinity": antiAffinity}},
-			driver: "gpu.accel-dra.io", nodeAffinity: gpuNodes, podAnti: true,
+			driver: "gpu.accel-dra.io", nodeAffinity: paused(gpuNodes), podAnti: true,
 		},
 		{
 			name:   "shared nodeAffinity replaces the labels",
@@ -120,12 +142,12 @@ func TestNodeSelection(t *testing.T) {
 				"mock":    map[string]any{"enabled": true, "nodeSelector": map[string]any{"fake": "true"}},
 				"drivers": map[string]any{"gpu": map[string]any{"nodeSelector": map[string]any{"pool": "gpu"}}},
 			},
-			driver: "gpu.accel-dra.io", nodeSelector: map[string]string{"fake": "true"},
+			driver: "gpu.accel-dra.io", nodeSelector: map[string]string{"fake": "true"}, nodeAffinity: onlyNotPaused,
 		},
 		{
 			name:   "mock keeps an affinity the user set",
 			values: map[string]any{"mock": map[string]any{"enabled": true}, "plugin": map[string]any{"affinity": antiAffinity}},
-			driver: "gpu.accel-dra.io", podAnti: true,
+			driver: "gpu.accel-dra.io", nodeAffinity: onlyNotPaused, podAnti: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

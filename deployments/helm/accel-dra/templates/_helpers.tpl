@@ -138,20 +138,35 @@ A driver's plugin pod affinity, as YAML ("" for none); same arguments as backend
 affinity, else plugin.affinity; unless mock devices or a nodeSelector choose the nodes, or that
 affinity has a nodeAffinity of its own, a required node affinity with one term per entry of
 nodeAffinityLabels: the terms are ORed, so a node carrying any of the labels is selected.
+Unless the affinity is the user's own nodeAffinity, every term also requires that the driver's
+pauseLabel (the GPU operator's driver manager flips nvidia.com/gpu.deploy.dra-driver to
+paused-for-driver-upgrade before it unloads the driver) is not paused, so that the plugin, which
+holds NVML, leaves the node for the upgrade and comes back after it; NotIn also matches a node
+without the label.
 */}}
 {{- define "accel-dra.pluginAffinity" -}}
 {{- $affinity := deepCopy (default .root.Values.plugin.affinity .driver.affinity | default dict) }}
 {{- $labels := dig "nodeAffinityLabels" list .driver }}
-{{- if and (not .root.Values.mock.enabled) (not .driver.nodeSelector) (not (hasKey $affinity "nodeAffinity")) $labels }}
+{{- $pause := list }}
+{{- with (dig "pauseLabel" "" .driver) }}
+{{- $pause = list (dict "key" . "operator" "NotIn" "values" (list "paused-for-driver-upgrade")) }}
+{{- end }}
+{{- if not (hasKey $affinity "nodeAffinity") }}
 {{- $terms := list }}
+{{- if and (not .root.Values.mock.enabled) (not .driver.nodeSelector) $labels }}
 {{- range $labels }}
 {{- $expr := dict "key" .key "operator" "Exists" }}
 {{- with (dig "values" list .) }}
 {{- $expr = dict "key" $expr.key "operator" "In" "values" . }}
 {{- end }}
-{{- $terms = append $terms (dict "matchExpressions" (list $expr)) }}
+{{- $terms = append $terms (dict "matchExpressions" (concat (list $expr) $pause)) }}
 {{- end }}
-{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) }}
+{{- else if $pause }}
+{{- $terms = list (dict "matchExpressions" $pause) }}
+{{- end }}
+{{- with $terms }}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" .)) }}
+{{- end }}
 {{- end }}
 {{- with $affinity }}{{ toYaml . }}{{ end }}
 {{- end }}
