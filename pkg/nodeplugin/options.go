@@ -277,6 +277,19 @@ func (o *Options) backendDriverRoot() string {
 	return ""
 }
 
+// hostRoot is the host's / as this process sees it, "" where it is not mounted: the NVIDIA
+// driver root of the nvml backend when that root is the host's / (the chart mounts it whole).
+func (o *Options) hostRoot() string {
+	host := o.NVIDIAHostDriverRoot
+	if host == "" {
+		host = o.NVIDIADriverRoot
+	}
+	if o.Backend != backend.NVML || o.NVIDIADriverRoot == "" || filepath.Clean(host) != "/" {
+		return ""
+	}
+	return o.NVIDIADriverRoot
+}
+
 // backendHostDriverRoot is backendDriverRoot as the host sees it: the host path of the device
 // nodes the backend finds under its dev/.
 func (o *Options) backendHostDriverRoot() string {

@@ -150,6 +150,9 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	events, stopEvents := nodeEvents(ctx, kube, o.NodeName, o.DriverName, o.EventsNamespace)
 	defer stopEvents()
+	if inv.Kind == device.KindGPU {
+		checkRuntimeExposure(ctx, o.hostRoot(), events)
+	}
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)
 	if err != nil {

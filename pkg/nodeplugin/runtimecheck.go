@@ -1,0 +1,155 @@
+package nodeplugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	nvconfig "github.com/NVIDIA/nvidia-container-toolkit/api/config/v1"
+	nvtoml "github.com/NVIDIA/nvidia-container-toolkit/pkg/config/toml"
+	"k8s.io/klog/v2"
+
+	"github.com/accel-dra/accel-dra/pkg/driver"
+)
+
+// ReasonNVIDIARuntimeExposesGPUs is the Warning on the Node when containerd's default runtime is
+// NVIDIA's and the toolkit accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers.
+const ReasonNVIDIARuntimeExposesGPUs = "NVIDIARuntimeExposesGPUs"
+
+// The GPU operator's toolkit, and `nvidia-ctk runtime configure --set-as-default`, make
+// `nvidia` containerd's default runtime, and the toolkit's
+// accept-nvidia-visible-devices-envvar-when-unprivileged defaults to true
+// (nvidia-container-toolkit api/config/v1). Then every container whose image sets
+// NVIDIA_VISIBLE_DEVICES=all (every nvidia/cuda image) gets every GPU of the node, whatever DRA
+// allocated: GPUs given to other claims included. The plugin cannot stop that; it says so where
+// it can read the configuration.
+
+// containerdConfigs are containerd's top-level configurations under a host root: containerd's
+// own, and k3s's and RKE2's, which run their own containerd.
+var containerdConfigs = []string{
+	"etc/containerd/config.toml",
+	"var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+	"var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+}
+
+// toolkitConfigs are the toolkit's configurations under a host root: a host install's, and the
+// GPU operator's toolkit container's (installed under /usr/local/nvidia/toolkit).
+var toolkitConfigs = []string{
+	"etc/nvidia-container-runtime/config.toml",
+	"usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
+}
+
+// criPlugins are the CRI plugin's names in containerd's configuration, by config version 1, 2
+// and 3 (containerd 2.x moved the runtimes to io.containerd.cri.v1.runtime).
+var criPlugins = []string{"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"}
+
+// runtimeExposure reads the container runtime's and the toolkit's configuration under root (the
+// host's / as this process sees it) and returns why unprivileged containers can get every GPU
+// through NVIDIA's runtime, "" if they cannot; checked is false where no containerd
+// configuration is there to read.
+func runtimeExposure(root string) (why string, checked bool, err error) {
+	var runtime, source string
+	for _, top := range containerdConfigs {
+		files := []string{top}
+		tree, err := loadTOML(root, top)
+		if err != nil {
+			return "", checked, err
+		}
+		if tree == nil {
+			continue
+		}
+		checked = true
+		// Imported files are merged over the top-level one, in order (containerd's imports).
+		if imports, ok := tree.Get("imports").([]any); ok {
+			for _, imp := range imports {
+				pattern, _ := imp.(string)
+				if !path.IsAbs(pattern) {
+					pattern = path.Join(path.Dir("/"+top), pattern)
+				}
+				matches, _ := filepath.Glob(filepath.Join(root, pattern))
+				for _, m := range matches {
+					rel, _ := filepath.Rel(root, m)
+					files = append(files, filepath.ToSlash(rel))
+				}
+			}
+		}
+		for _, f := range files {
+			t := tree
+			if f != top {
+				if t, err = loadTOML(root, f); err != nil || t == nil {
+					return "", checked, err
+				}
+			}
+			for _, p := range criPlugins {
+				if name, ok := t.GetPath([]string{"plugins", p, "containerd", "default_runtime_name"}).(string); ok {
+					runtime, source = name, "/"+f
+				}
+			}
+		}
+	}
+	if !strings.HasPrefix(runtime, "nvidia") {
+		return "", checked, nil
+	}
+	accept, toolkit := true, "none: the toolkit's default"
+	for _, f := range toolkitConfigs {
+		p := filepath.Join(root, f)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		t, err := nvconfig.New(nvconfig.WithConfigFile(p), nvconfig.WithRequired(true))
+		if err != nil {
+			return "", checked, fmt.Errorf("reading the NVIDIA container toolkit's configuration /%s: %w", f, err)
+		}
+		cfg, err := t.Config()
+		if err != nil {
+			return "", checked, fmt.Errorf("reading the NVIDIA container toolkit's configuration /%s: %w", f, err)
+		}
+		accept, toolkit = cfg.AcceptEnvvarUnprivileged, "/"+f
+		break
+	}
+	if !accept {
+		return "", checked, nil
+	}
+	return fmt.Sprintf("containerd's default runtime is %q (%s) and the NVIDIA container toolkit accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers (configuration %s), "+
+		"so any container whose image sets NVIDIA_VISIBLE_DEVICES=all gets every GPU of the node, GPUs that DRA gave to other claims included: "+
+		"set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the toolkit's configuration (the GPU operator: toolkit.env ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false), "+
+		"or make runc the default runtime and nvidia a RuntimeClass (docs/install.md)", runtime, source, toolkit), checked, nil
+}
+
+// loadTOML loads root/rel with the toolkit's TOML loader; nil where the file does not exist.
+func loadTOML(root, rel string) (*nvtoml.Tree, error) {
+	p := filepath.Join(root, rel)
+	if _, err := os.Stat(p); err != nil {
+		return nil, nil
+	}
+	t, err := nvtoml.FromFile(p).Load()
+	if err != nil {
+		return nil, fmt.Errorf("reading /%s: %w", rel, err)
+	}
+	return t, nil
+}
+
+// checkRuntimeExposure warns on the Node when runtimeExposure finds the exposure under root, and
+// logs what it could not check. It never stops the plugin: the configuration is the node's.
+func checkRuntimeExposure(ctx context.Context, root string, events driver.EventSink) {
+	logger := klog.FromContext(ctx)
+	if root == "" {
+		logger.V(2).Info("The host's container runtime configuration is not visible (no host root): not checking whether NVIDIA's runtime hands out GPUs by NVIDIA_VISIBLE_DEVICES")
+		return
+	}
+	why, checked, err := runtimeExposure(root)
+	switch {
+	case err != nil:
+		logger.Error(err, "Cannot check whether NVIDIA's runtime hands out GPUs by NVIDIA_VISIBLE_DEVICES")
+	case !checked:
+		logger.V(2).Info("No containerd configuration under the host root: not checking whether NVIDIA's runtime hands out GPUs by NVIDIA_VISIBLE_DEVICES", "root", root)
+	case why != "":
+		logger.Info("Warning: "+why, "reason", ReasonNVIDIARuntimeExposesGPUs)
+		if events != nil {
+			events.Warning(ReasonNVIDIARuntimeExposesGPUs, why)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package nodeplugin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/accel-dra/accel-dra/pkg/backend"
+)
+
+// TestRuntimeExposure lays out host roots as the GPU operator's toolkit, `nvidia-ctk runtime
+// configure` and k3s leave them, and checks when the plugin warns that unprivileged containers
+// get every GPU through NVIDIA's runtime.
+func TestRuntimeExposure(t *testing.T) {
+	const (
+		// containerd 2.x (config version 3), the toolkit's drop-in, as the GPU operator writes it.
+		v3Imports   = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+		v3DropIn    = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = \"nvidia\"\n"
+		v2Default   = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n"
+		v2Runc      = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n"
+		acceptFalse = "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+		acceptTrue  = "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n"
+	)
+	tests := map[string]struct {
+		files       map[string]string
+		wantChecked bool
+		// want are substrings of the warning; none: no warning.
+		want    []string
+		wantErr string
+	}{
+		"nothing to read": {},
+		"runc default":    {files: map[string]string{"etc/containerd/config.toml": v2Runc}, wantChecked: true},
+		"nvidia default, toolkit default": {
+			files:       map[string]string{"etc/containerd/config.toml": v2Default},
+			wantChecked: true, want: []string{`"nvidia"`, "/etc/containerd/config.toml", "the toolkit's default", "NVIDIA_VISIBLE_DEVICES=all", "accept-nvidia-visible-devices-envvar-when-unprivileged = false"},
+		},
+		"nvidia default, toolkit accepts": {
+			files:       map[string]string{"etc/containerd/config.toml": v2Default, "etc/nvidia-container-runtime/config.toml": acceptTrue},
+			wantChecked: true, want: []string{"/etc/nvidia-container-runtime/config.toml"},
+		},
+		"nvidia default, toolkit refuses": {
+			files:       map[string]string{"etc/containerd/config.toml": v2Default, "etc/nvidia-container-runtime/config.toml": acceptFalse},
+			wantChecked: true,
+		},
+		"operator drop-in and the operator's toolkit configuration": {
+			files: map[string]string{
+				"etc/containerd/config.toml":                                            v3Imports,
+				"etc/containerd/conf.d/99-nvidia.toml":                                  v3DropIn,
+				"usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml": acceptTrue,
+			},
+			wantChecked: true, want: []string{"/etc/containerd/conf.d/99-nvidia.toml", "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"},
+		},
+		"a later import puts runc back": {
+			files: map[string]string{
+				"etc/containerd/config.toml":           "version = 3\nimports = [\"/etc/containerd/conf.d/10-nvidia.toml\", \"/etc/containerd/conf.d/20-runc.toml\"]\n",
+				"etc/containerd/conf.d/10-nvidia.toml": v3DropIn,
+				"etc/containerd/conf.d/20-runc.toml":   "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = \"runc\"\n",
+			},
+			wantChecked: true,
+		},
+		"k3s": {
+			files:       map[string]string{"var/lib/rancher/k3s/agent/etc/containerd/config.toml": v2Default},
+			wantChecked: true, want: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml"},
+		},
+		"unreadable containerd configuration": {
+			files:       map[string]string{"etc/containerd/config.toml": "version = [\n"},
+			wantChecked: true, wantErr: "/etc/containerd/config.toml",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, content := range tc.files {
+				full := filepath.Join(root, p)
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			why, checked, err := runtimeExposure(root)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if checked != tc.wantChecked {
+				t.Errorf("checked = %v, want %v", checked, tc.wantChecked)
+			}
+			if (why != "") != (len(tc.want) > 0) {
+				t.Fatalf("warning %q, want one: %v", why, len(tc.want) > 0)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(why, w) {
+					t.Errorf("warning %q does not say %q", why, w)
+				}
+			}
+			var got recordedWarnings
+			_, ctx := ktesting.NewTestContext(t)
+			checkRuntimeExposure(ctx, root, &got)
+			if (len(got) == 1) != (why != "") || len(got) > 1 {
+				t.Errorf("events %q, want one for the warning %q", got, why)
+			}
+		})
+	}
+}
+
+// TestHostRoot: the runtime's configuration is read only where the plugin sees the host's /.
+func TestHostRoot(t *testing.T) {
+	for _, tc := range []struct {
+		backend, root, hostRoot, want string
+	}{
+		{backend: backend.NVML, root: "/driver-root", hostRoot: "/", want: "/driver-root"},
+		{backend: backend.NVML, root: "/", want: "/"},
+		{backend: backend.NVML, root: "/driver-root-parent/driver", hostRoot: "/run/nvidia/driver"},
+		{backend: backend.NVML},
+		{backend: backend.Mock, root: "/driver-root", hostRoot: "/"},
+	} {
+		o := NewOptions()
+		o.Backend, o.NVIDIADriverRoot, o.NVIDIAHostDriverRoot = tc.backend, tc.root, tc.hostRoot
+		if got := o.hostRoot(); got != tc.want {
+			t.Errorf("backend %s, driver root %q (host %q): host root %q, want %q", tc.backend, tc.root, tc.hostRoot, got, tc.want)
+		}
+	}
+}
