@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
@@ -38,40 +37,11 @@ func recordRef(c *checkpoint.Claim) string {
 	return fmt.Sprintf("%s/%s (%s)", c.Namespace, c.Name, c.UID)
 }
 
-// notOwnedRefusal refuses to prepare rec if its own record is not this plugin's, or if an opaque
-// record may hold any of its devices. Called with the node lock held.
-func (d *Driver) notOwnedRefusal(rec *checkpoint.Claim) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if c := d.claims[types.UID(rec.UID)]; c != nil && c.Foreign != nil {
-		return notOwned(c, "prepare")
-	}
-	if uid, ok := d.opaqueLocked(types.UID(rec.UID)); ok {
-		c := d.claims[uid]
-		return fmt.Errorf("claim %s/%s: the checkpoint holds the record of claim %s, which this plugin cannot read (apiVersion %s, kind %s: %s), so any device on the node may be that claim's; no claim is prepared here while the record exists",
-			rec.Namespace, rec.Name, uid, c.Foreign.APIVersion, c.Foreign.Kind, c.Foreign.Reason)
-	}
-	return nil
-}
-
-// opaqueLocked returns an opaque record other than self's, the same one every time; d.mu held.
-func (d *Driver) opaqueLocked(self types.UID) (types.UID, bool) {
-	var first types.UID
-	for uid := range d.opaque {
-		if uid != self && (first == "" || uid < first) {
-			first = uid
-		}
-	}
-	return first, first != ""
-}
-
 // keepNotOwned is start-up reconciliation's part for a record this plugin does not own: it stays
 // as it is, spec included, and is reported.
-func (d *Driver) keepNotOwned(ctx context.Context, c *checkpoint.Claim, rep *ReconcileReport) {
+func (r *reconciler) keepNotOwned(ctx context.Context, c *checkpoint.Claim, rep *ReconcileReport) {
 	klog.FromContext(ctx).Info("Keeping the checkpoint record of a claim prepared by another version of the plugin, in a format this one does not fully know; what it names stays held",
 		"claim", recordRef(c), "apiVersion", c.Foreign.APIVersion, "kind", c.Foreign.Kind, "reason", c.Foreign.Reason, "opaque", c.Foreign.Opaque)
-	if d.opts.Events != nil {
-		d.opts.Events.Warning("ForeignCheckpoint", fmt.Sprintf("%s: claim %s was prepared by another version of the plugin (checkpoint apiVersion %s) and is left to it", d.opts.DriverName, recordRef(c), c.Foreign.APIVersion))
-	}
+	r.n.warn("ForeignCheckpoint", fmt.Sprintf("%s: claim %s was prepared by another version of the plugin (checkpoint apiVersion %s) and is left to it", r.n.opts.DriverName, recordRef(c), c.Foreign.APIVersion))
 	rep.Held = append(rep.Held, c.UID)
 }

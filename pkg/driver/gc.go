@@ -40,9 +40,24 @@ type GCReport struct {
 	MPSStopped   []string // MPS daemons no record counts on
 }
 
+// collector is the garbage collection: it asks the API server about the holdings' claims and
+// releases, through the preparation's steps, those no one will unprepare.
+type collector struct {
+	n    *node
+	held *holdings
+	prep *preparer
+	// since is when the collection first found each record droppable; only the collection's
+	// goroutine uses it.
+	since map[types.UID]time.Time
+}
+
 // RunGC collects garbage every interval until ctx is done; grace is how long a record must
 // have looked droppable before it is dropped.
 func (d *Driver) RunGC(ctx context.Context, interval, grace time.Duration) {
+	d.gc.run(ctx, interval, grace)
+}
+
+func (g *collector) run(ctx context.Context, interval, grace time.Duration) {
 	if interval <= 0 {
 		interval = DefaultGCInterval
 	}
@@ -57,7 +72,7 @@ func (d *Driver) RunGC(ctx context.Context, interval, grace time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			rep, err := d.collect(ctx, now, grace)
+			rep, err := g.collect(ctx, now, grace)
 			if err != nil {
 				logger.Error(err, "Garbage collection")
 			}
@@ -69,48 +84,43 @@ func (d *Driver) RunGC(ctx context.Context, interval, grace time.Duration) {
 }
 
 // collect is one pass of the collection at time now.
-func (d *Driver) collect(ctx context.Context, now time.Time, grace time.Duration) (GCReport, error) {
+func (g *collector) collect(ctx context.Context, now time.Time, grace time.Duration) (GCReport, error) {
 	var rep GCReport
 	var completed []checkpoint.Claim
-	err := d.withLock(ctx, func(l *checkpoint.Locked) error {
-		d.mu.Lock()
-		all := make([]checkpoint.Claim, 0, len(d.claims))
-		for _, c := range d.claims {
-			all = append(all, *c)
-		}
-		d.mu.Unlock()
+	err := g.held.withLock(ctx, func(l *checkpoint.Locked) error {
+		all := g.held.all()
 		for i := range all {
 			c := &all[i]
 			switch {
 			case c.State == checkpoint.StatePrepareCompleted:
 				completed = append(completed, *c)
-			case d.abandoned(l, c):
-				if err := d.forget(ctx, l, c); err != nil {
+			case g.held.abandoned(l, c):
+				if err := g.prep.forget(ctx, l, c); err != nil {
 					return err
 				}
 				rep.RolledBack = append(rep.RolledBack, c.UID)
 			}
 		}
-		specs, err := d.opts.CDI.List()
+		specs, err := g.n.opts.CDI.List()
 		if err != nil {
 			return fmt.Errorf("listing CDI specs: %w", err)
 		}
 		// Under the lock a spec is written only together with its record, so a spec without
 		// one is an orphan (of an older plugin, or of a crash between the two).
 		for _, uid := range specs {
-			if _, known := d.indexed(uid); known {
+			if _, known := g.held.get(uid); known {
 				continue
 			}
-			if err := d.opts.CDI.Remove(uid); err != nil {
+			if err := g.n.opts.CDI.Remove(uid); err != nil {
 				return err
 			}
 			rep.Orphans = append(rep.Orphans, uid)
 		}
-		rep.MIGDestroyed = d.sweepMIG(ctx)
-		rep.MPSStopped = d.sweepMPS(ctx)
+		rep.MIGDestroyed = g.prep.mig.sweep(ctx)
+		rep.MPSStopped = g.prep.sharing.sweep(ctx)
 		return nil
 	})
-	if err != nil || d.opts.Kube == nil {
+	if err != nil || g.n.opts.Kube == nil {
 		return rep, err
 	}
 
@@ -121,36 +131,36 @@ func (d *Driver) collect(ctx context.Context, now time.Time, grace time.Duration
 		c := &completed[i]
 		uid := types.UID(c.UID)
 		seen[uid] = true
-		why, err := d.unclaimed(ctx, c)
+		why, err := g.unclaimed(ctx, c)
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Cannot check whether a prepared claim is still allocated here; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "err", err)
 		}
 		if why == "" {
-			delete(d.gcSince, uid)
+			delete(g.since, uid)
 			continue
 		}
-		since, ok := d.gcSince[uid]
+		since, ok := g.since[uid]
 		if !ok {
-			d.gcSince[uid] = now
+			g.since[uid] = now
 			since = now
 		}
 		if now.Sub(since) < grace {
 			rep.Waiting = append(rep.Waiting, c.UID)
 			continue
 		}
-		dropped, err := d.dropIfUnchanged(ctx, c)
+		dropped, err := g.prep.dropIfUnchanged(ctx, c)
 		if err != nil {
 			return rep, err
 		}
-		delete(d.gcSince, uid)
+		delete(g.since, uid)
 		if dropped {
 			klog.FromContext(ctx).Info("Dropped a prepared claim that is no longer allocated to this node", "claim", klog.KRef(c.Namespace, c.Name), "reason", why)
 			rep.Dropped = append(rep.Dropped, c.UID)
 		}
 	}
-	for uid := range d.gcSince {
+	for uid := range g.since {
 		if !seen[uid] {
-			delete(d.gcSince, uid)
+			delete(g.since, uid)
 		}
 	}
 	return rep, nil
@@ -158,8 +168,8 @@ func (d *Driver) collect(ctx context.Context, now time.Time, grace time.Duration
 
 // unclaimed says why c's record is garbage, "" if it is not: the claim is deleted or replaced,
 // or no longer allocated from this node's pool, and in the last two cases reserved for nobody.
-func (d *Driver) unclaimed(ctx context.Context, c *checkpoint.Claim) (string, error) {
-	got, err := d.opts.Kube.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+func (g *collector) unclaimed(ctx context.Context, c *checkpoint.Claim) (string, error) {
+	got, err := g.n.opts.Kube.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return "claim deleted", nil
@@ -174,7 +184,7 @@ func (d *Driver) unclaimed(ctx context.Context, c *checkpoint.Claim) (string, er
 		return "claim no longer allocated", nil
 	}
 	for _, r := range got.Status.Allocation.Devices.Results {
-		if r.Driver == d.opts.DriverName && r.Pool == d.opts.NodeName {
+		if r.Driver == g.n.opts.DriverName && r.Pool == g.n.opts.NodeName {
 			return "", nil
 		}
 	}

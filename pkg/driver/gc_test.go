@@ -83,7 +83,7 @@ func TestGC(t *testing.T) {
 
 	start := time.Unix(1000, 0)
 	grace := time.Minute
-	rep, err := e.drv.collect(e.ctx, start, grace)
+	rep, err := e.drv.gc.collect(e.ctx, start, grace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +102,10 @@ func TestGC(t *testing.T) {
 		t.Errorf("orphan specs %v", rep.Orphans)
 	}
 	// Before the grace period is over, nothing goes.
-	if rep, _ := e.drv.collect(e.ctx, start.Add(grace/2), grace); len(rep.Dropped) != 0 {
+	if rep, _ := e.drv.gc.collect(e.ctx, start.Add(grace/2), grace); len(rep.Dropped) != 0 {
 		t.Errorf("dropped %v within the grace period", rep.Dropped)
 	}
-	rep, err = e.drv.collect(e.ctx, start.Add(grace), grace)
+	rep, err = e.drv.gc.collect(e.ctx, start.Add(grace), grace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestGCGraceRestarts(t *testing.T) {
 		t.Fatal(r.Err)
 	}
 	start, grace := time.Unix(1000, 0), time.Minute
-	if _, err := e.drv.collect(e.ctx, start, grace); err != nil {
+	if _, err := e.drv.gc.collect(e.ctx, start, grace); err != nil {
 		t.Fatal(err)
 	}
 	e.exist(c)
@@ -144,16 +144,16 @@ func TestGCGraceRestarts(t *testing.T) {
 	if _, err := e.kube.ResourceV1().ResourceClaims("ns").UpdateStatus(context.Background(), c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if rep, _ := e.drv.collect(e.ctx, start.Add(grace/2), grace); len(rep.Waiting)+len(rep.Dropped) != 0 {
+	if rep, _ := e.drv.gc.collect(e.ctx, start.Add(grace/2), grace); len(rep.Waiting)+len(rep.Dropped) != 0 {
 		t.Fatalf("reserved claim: %+v", rep)
 	}
 	if err := e.kube.ResourceV1().ResourceClaims("ns").Delete(context.Background(), c.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if rep, _ := e.drv.collect(e.ctx, start.Add(grace+time.Second), grace); len(rep.Dropped) != 0 {
+	if rep, _ := e.drv.gc.collect(e.ctx, start.Add(grace+time.Second), grace); len(rep.Dropped) != 0 {
 		t.Fatalf("dropped %v at once after it was reserved a moment ago", rep.Dropped)
 	}
-	if rep, _ := e.drv.collect(e.ctx, start.Add(2*grace+time.Second), grace); fmt.Sprint(rep.Dropped) != "[u1]" {
+	if rep, _ := e.drv.gc.collect(e.ctx, start.Add(2*grace+time.Second), grace); fmt.Sprint(rep.Dropped) != "[u1]" {
 		t.Fatalf("dropped %v after a full grace period, want [u1]", rep.Dropped)
 	}
 }

@@ -81,7 +81,7 @@ func renderProfile(t *testing.T, pc profileCase) (slicesJSON, specJSON []byte) {
 	}
 	var results []result
 	for _, d := range inv.Devices {
-		if e.drv.publishable[d.Name] {
+		if e.drv.node.publishable[d.Name] {
 			results = append(results, result{Device: d.Name, Driver: pc.driver})
 		}
 	}

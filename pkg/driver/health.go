@@ -44,7 +44,11 @@ type NormalEventSink interface {
 	Normal(reason, message string)
 }
 
+// healthState is device health (docs/health.md): the tracker of the devices' conditions, the
+// taints they put in the slices and the reports the kubelet watches. The sharing step asks it
+// whether a GPU is lost.
 type healthState struct {
+	n       *node
 	opts    HealthOptions
 	tracker *health.Tracker
 }
@@ -63,14 +67,15 @@ func (d *Driver) EnableHealth(opts HealthOptions) error {
 		opts.Clock = clock.RealClock{}
 	}
 	devs := map[string]string{}
-	for name := range d.publishable {
-		devs[name] = d.devices[name].UUID
+	for name := range d.node.publishable {
+		devs[name] = d.node.devices[name].UUID
 	}
 	tr, err := health.NewTracker(health.TrackerOptions{Devices: devs, Path: opts.StatePath, BootID: opts.BootID, Clock: opts.Clock})
 	if err != nil {
 		return err
 	}
-	d.health = &healthState{opts: opts, tracker: tr}
+	d.health = &healthState{n: d.node, opts: opts, tracker: tr}
+	d.sharing.health = d.health
 	return nil
 }
 
@@ -86,12 +91,14 @@ func (d *Driver) HealthSnapshot() []health.DeviceHealth {
 // reports state changes as events, logs and metrics, and calls publish whenever the taints
 // change (with Resources, which carries them). A failed publish is retried.
 func (d *Driver) RunHealth(ctx context.Context, publish func(context.Context) error) {
-	h := d.health
-	if h == nil {
-		return
+	if d.health != nil {
+		d.health.run(ctx, publish)
 	}
+}
+
+func (h *healthState) run(ctx context.Context, publish func(context.Context) error) {
 	logger := klog.FromContext(ctx)
-	d.updateHealthMetrics()
+	h.updateMetrics()
 	srcDone := make(chan struct{})
 	go func() {
 		defer close(srcDone)
@@ -104,7 +111,7 @@ func (d *Driver) RunHealth(ctx context.Context, publish func(context.Context) er
 					logger.Error(err, "Device health expiry")
 				}
 				if tr != nil {
-					d.reportTransition(ctx, tr)
+					h.reportTransition(ctx, tr)
 				}
 			})
 		}()
@@ -115,7 +122,7 @@ func (d *Driver) RunHealth(ctx context.Context, publish func(context.Context) er
 				logger.Error(err, "Device health event")
 			}
 			if tr != nil {
-				d.reportTransition(ctx, tr)
+				h.reportTransition(ctx, tr)
 			}
 		})
 		if err != nil {
@@ -124,12 +131,12 @@ func (d *Driver) RunHealth(ctx context.Context, publish func(context.Context) er
 		}
 	}()
 
-	published := d.deviceTaints()
+	published := h.taints()
 	retry := h.opts.Clock.NewTimer(time.Hour)
 	retry.Stop()
 	for {
 		changes := h.tracker.Changes()
-		if taints := d.deviceTaints(); !reflect.DeepEqual(taints, published) {
+		if taints := h.taints(); !reflect.DeepEqual(taints, published) {
 			if err := publish(ctx); err != nil {
 				logger.Error(err, "Republishing ResourceSlices with device taints, retrying")
 				retry.Reset(5 * time.Second)
@@ -148,20 +155,18 @@ func (d *Driver) RunHealth(ctx context.Context, publish func(context.Context) er
 	}
 }
 
-func (d *Driver) reportTransition(ctx context.Context, tr *health.Transition) {
+func (h *healthState) reportTransition(ctx context.Context, tr *health.Transition) {
 	logger := klog.FromContext(ctx)
-	d.updateHealthMetrics()
+	h.updateMetrics()
 	switch tr.To {
 	case health.Unhealthy:
 		logger.Info("Device is unhealthy", "device", tr.Device, "from", tr.From, "message", tr.Message)
-		if d.opts.Events != nil {
-			d.opts.Events.Warning("DeviceUnhealthy", fmt.Sprintf("%s: device %s is unhealthy: %s", d.opts.DriverName, tr.Device, tr.Message))
-		}
+		h.n.warn("DeviceUnhealthy", fmt.Sprintf("%s: device %s is unhealthy: %s", h.n.opts.DriverName, tr.Device, tr.Message))
 	case health.Healthy:
 		logger.Info("Device is healthy", "device", tr.Device, "from", tr.From)
 		if tr.From == health.Unhealthy {
-			if n, ok := d.opts.Events.(NormalEventSink); ok {
-				n.Normal("DeviceRecovered", fmt.Sprintf("%s: device %s recovered", d.opts.DriverName, tr.Device))
+			if n, ok := h.n.opts.Events.(NormalEventSink); ok {
+				n.Normal("DeviceRecovered", fmt.Sprintf("%s: device %s recovered", h.n.opts.DriverName, tr.Device))
 			}
 		}
 	default:
@@ -169,14 +174,14 @@ func (d *Driver) reportTransition(ctx context.Context, tr *health.Transition) {
 	}
 }
 
-func (d *Driver) updateHealthMetrics() {
-	for _, h := range d.health.tracker.Snapshot() {
+func (h *healthState) updateMetrics() {
+	for _, dh := range h.tracker.Snapshot() {
 		for _, s := range health.States {
 			v := 0.0
-			if s == h.State {
+			if s == dh.State {
 				v = 1
 			}
-			d.opts.Metrics.DeviceHealth.WithLabelValues(h.Device, string(s)).Set(v)
+			h.n.opts.Metrics.DeviceHealth.WithLabelValues(dh.Device, string(s)).Set(v)
 		}
 	}
 }
@@ -190,52 +195,51 @@ func TaintKey(driverName string, c health.Cause, names map[health.Cause]string) 
 	return driverName + "/" + string(c)
 }
 
-// deviceTaints are the taints of the devices' current conditions, by device name. timeAdded is
+// taints are the taints of the devices' current conditions, by device name. timeAdded is
 // when the condition was first observed, kept by the tracker across restarts, so republishing
 // never moves it.
-func (d *Driver) deviceTaints() map[string][]resourceapi.DeviceTaint {
-	if d.health == nil {
+func (h *healthState) taints() map[string][]resourceapi.DeviceTaint {
+	if h == nil {
 		return nil
 	}
-	effects := d.health.opts.Effects
+	effects := h.opts.Effects
 	out := map[string][]resourceapi.DeviceTaint{}
-	for _, h := range d.health.tracker.Snapshot() {
+	for _, dh := range h.tracker.Snapshot() {
 		var taints []resourceapi.DeviceTaint
-		for _, c := range h.Conditions {
+		for _, c := range dh.Conditions {
 			eff := effects[c.Cause]
 			if eff == "" {
 				continue
 			}
 			taints = append(taints, resourceapi.DeviceTaint{
-				Key: TaintKey(d.opts.DriverName, c.Cause, d.opts.TaintKeys), Value: c.Code, Effect: eff,
+				Key: TaintKey(h.n.opts.DriverName, c.Cause, h.n.opts.TaintKeys), Value: c.Code, Effect: eff,
 				TimeAdded: &metav1.Time{Time: c.Since},
 			})
 		}
-		if eff := effects[health.CauseUnknown]; h.State == health.Unknown && eff != "" {
+		if eff := effects[health.CauseUnknown]; dh.State == health.Unknown && eff != "" {
 			taints = append(taints, resourceapi.DeviceTaint{
-				Key: TaintKey(d.opts.DriverName, health.CauseUnknown, d.opts.TaintKeys), Effect: eff,
-				TimeAdded: &metav1.Time{Time: h.UnknownSince},
+				Key: TaintKey(h.n.opts.DriverName, health.CauseUnknown, h.n.opts.TaintKeys), Effect: eff,
+				TimeAdded: &metav1.Time{Time: dh.UnknownSince},
 			})
 		}
 		if len(taints) > 0 {
-			out[h.Device] = taints
+			out[dh.Device] = taints
 		}
 	}
 	return out
 }
 
 // sliceOptions are the options of Resources' slices.Build: the health taints.
-func (d *Driver) sliceOptions() []slices.Option {
-	if d.health == nil {
+func (h *healthState) sliceOptions() []slices.Option {
+	if h == nil {
 		return nil
 	}
-	return []slices.Option{slices.WithTaints(d.deviceTaints())}
+	return []slices.Option{slices.WithTaints(h.taints())}
 }
 
-// watchHealth implements WatchHealthStatus: a full report at once, another on every change, and
+// watch implements WatchHealthStatus: a full report at once, another on every change, and
 // the same again every Timeout/3 so that the kubelet never lets a device go stale.
-func (d *Driver) watchHealth(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	h := d.health
+func (h *healthState) watch(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
 	if h == nil {
 		return kubeletplugin.ErrHealthNotSupported
 	}
@@ -258,7 +262,7 @@ func (d *Driver) watchHealth(ctx context.Context, reports chan<- kubeletplugin.D
 		select {
 		case <-ctx.Done():
 			return nil
-		case reports <- d.healthReport():
+		case reports <- h.report():
 		}
 		select {
 		case <-ctx.Done():
@@ -269,16 +273,16 @@ func (d *Driver) watchHealth(ctx context.Context, reports chan<- kubeletplugin.D
 	}
 }
 
-func (d *Driver) healthReport() kubeletplugin.DeviceHealthReport {
-	snap := d.health.tracker.Snapshot()
+func (h *healthState) report() kubeletplugin.DeviceHealthReport {
+	snap := h.tracker.Snapshot()
 	r := kubeletplugin.DeviceHealthReport{Devices: make([]kubeletplugin.DeviceHealth, 0, len(snap))}
-	for _, h := range snap {
+	for _, dh := range snap {
 		r.Devices = append(r.Devices, kubeletplugin.DeviceHealth{
-			PoolName: d.opts.NodeName, DeviceName: h.Device,
-			Health:             kubeletplugin.HealthStatus(h.State),
-			LastUpdated:        h.Updated,
-			HealthCheckTimeout: d.health.opts.Timeout,
-			Message:            h.Message(),
+			PoolName: h.n.opts.NodeName, DeviceName: dh.Device,
+			Health:             kubeletplugin.HealthStatus(dh.State),
+			LastUpdated:        dh.Updated,
+			HealthCheckTimeout: h.opts.Timeout,
+			Message:            dh.Message(),
 		})
 	}
 	return r

@@ -186,7 +186,7 @@ func TestReconcileLeavesLiveInstancesWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	half := checkpoint.Claim{UID: "u-half", Namespace: "ns", Name: "claim-u-half", State: checkpoint.StatePrepareStarted, Owner: e.drv.instance,
+	half := checkpoint.Claim{UID: "u-half", Namespace: "ns", Name: "claim-u-half", State: checkpoint.StatePrepareStarted, Owner: e.drv.node.instance,
 		Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: nodeName, Device: "gpu-1", UUID: e.inv.Devices[1].UUID, Nodes: e.inv.Devices[1].Nodes}}}
 	if err := store.Put(half); err != nil {
 		t.Fatal(err)

@@ -20,8 +20,8 @@ import (
 // the plugin runs, and the helper copies them.
 func (d *Driver) WithDeviceMetadata() kubeletplugin.DRAPlugin {
 	m := metadataPlugin{Driver: d, byDevice: map[string]*kubeletplugin.DeviceMetadata{}}
-	for name := range d.publishable {
-		m.byDevice[name] = d.deviceMetadata(name)
+	for name := range d.node.publishable {
+		m.byDevice[name] = d.node.deviceMetadata(name)
 	}
 	return m
 }
@@ -45,9 +45,9 @@ func (m metadataPlugin) PrepareResourceClaims(ctx context.Context, claims []*res
 
 // deviceMetadata is nil for a device that is not published: the helper then writes the
 // device's identity only.
-func (d *Driver) deviceMetadata(name string) *kubeletplugin.DeviceMetadata {
-	dev, ok := d.devices[name]
-	if !ok || !d.publishable[name] {
+func (n *node) deviceMetadata(name string) *kubeletplugin.DeviceMetadata {
+	dev, ok := n.devices[name]
+	if !ok || !n.publishable[name] {
 		return nil
 	}
 	api, _, _, err := slices.ToAPI(dev)

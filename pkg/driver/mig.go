@@ -29,21 +29,19 @@ import (
 // every MIG instance on a MIG-mode GPU that no record holds, by recorded ID or, for a record
 // whose IDs are not written yet, by placement; an instance a record holds is never destroyed.
 
+// migStep is the step of a claim's preparation for its dynamic-MIG devices: what they hold of
+// a MIG-mode GPU, creating their instances (between the two holds of such a prepare),
+// destroying them on release, and the sweep of instances no record holds. It knows the claims
+// only through the holdings.
+type migStep struct {
+	n    *node
+	held *holdings
+}
+
 // migCrash is called between the steps of a MIG preparation; tests set it to simulate a crash
 // (kill -9) at that point. Steps: "intent", "gi-created", "gi-recorded", "ci-created",
 // "ci-recorded".
 var migCrash = func(step string) {}
-
-// hasDynamicMIG reports whether rec has a dynamic-MIG device, whose preparation creates MIG
-// instances and so takes two phases (reserve writes PrepareStarted, commit PrepareCompleted).
-func hasDynamicMIG(rec *checkpoint.Claim) bool {
-	for i := range rec.Devices {
-		if rec.Devices[i].MIG != nil {
-			return true
-		}
-	}
-	return false
-}
 
 // migIntent is the MIGRecord of a dynamic-MIG device before anything is created.
 func migIntent(dev *device.Device) *checkpoint.MIGRecord {
@@ -63,12 +61,12 @@ type migHolding struct {
 }
 
 // holding returns what pd holds of a MIG-mode GPU, if anything.
-func (d *Driver) holding(pd *checkpoint.PreparedDevice) (migHolding, bool) {
+func (m *migStep) holding(pd *checkpoint.PreparedDevice) (migHolding, bool) {
 	if pd.MIG != nil {
 		return migHolding{parent: pd.MIG.ParentUUID, placement: device.MIGPlacement{Start: pd.MIG.Start, Size: pd.MIG.Size}}, true
 	}
-	for i := range d.opts.Inventory.MIGParents {
-		p := &d.opts.Inventory.MIGParents[i]
+	for i := range m.n.opts.Inventory.MIGParents {
+		p := &m.n.opts.Inventory.MIGParents[i]
 		if p.GPU.Name == pd.Device && !pd.AdminAccess {
 			return migHolding{parent: p.GPU.UUID, full: true}, true
 		}
@@ -80,159 +78,90 @@ func (h migHolding) overlaps(o migHolding) bool {
 	return h.parent == o.parent && (h.full || o.full || h.placement.Overlaps(o.placement))
 }
 
-// migConflict returns the claim other than rec that holds part of a MIG-mode GPU that rec
-// needs, rolling back abandoned preparations in the way. The scheduler's counters should make
-// this impossible; it is the driver's last line of defence, as reserve is for whole devices.
-// Called with the node lock held.
-func (d *Driver) migConflict(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim) error {
+// migOverlap is a claim that holds part of a MIG-mode GPU that another claim needs.
+type migOverlap struct {
+	claim  *checkpoint.Claim
+	device string // the claim's device that overlaps
+	parent string // the GPU
+}
+
+// overlapping returns the claims other than rec that hold part of a MIG-mode GPU that rec
+// needs, each once (with its first overlapping device). Partitions of a MIG-mode GPU overlap
+// without sharing a device name, so reserve checks them besides the devices. The scheduler's
+// counters should make any overlap impossible; this is the driver's last line of defence, as
+// reserve is for whole devices. Called with the node lock held.
+func (m *migStep) overlapping(rec *checkpoint.Claim) []migOverlap {
 	var want []migHolding
 	for i := range rec.Devices {
-		if h, ok := d.holding(&rec.Devices[i]); ok {
+		if h, ok := m.holding(&rec.Devices[i]); ok {
 			want = append(want, h)
 		}
 	}
 	if len(want) == 0 {
 		return nil
 	}
-	d.mu.Lock()
-	others := make([]*checkpoint.Claim, 0, len(d.claims))
-	for uid, c := range d.claims {
-		if uid != types.UID(rec.UID) {
-			others = append(others, c)
-		}
-	}
-	d.mu.Unlock()
+	var out []migOverlap
 others:
-	for _, oc := range others {
+	for _, oc := range m.held.others(types.UID(rec.UID)) {
 		for i := range oc.Devices {
-			h, ok := d.holding(&oc.Devices[i])
+			h, ok := m.holding(&oc.Devices[i])
 			if !ok {
 				continue
 			}
 			for _, w := range want {
-				if !w.overlaps(h) {
-					continue
-				}
-				if d.abandoned(l, oc) {
-					klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its MIG slices", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner)
-					if err := d.forget(ctx, l, oc); err != nil {
-						return err
-					}
+				if w.overlaps(h) {
+					out = append(out, migOverlap{claim: oc, device: oc.Devices[i].Device, parent: h.parent})
 					continue others
 				}
-				return fmt.Errorf("MIG device %s overlaps what claim %s holds on GPU %s", oc.Devices[i].Device, d.describe(types.UID(oc.UID)), h.parent)
 			}
 		}
 	}
-	return nil
+	return out
 }
 
-// prepareMIG creates the MIG instances of rec's dynamic-MIG devices and completes the claim.
-// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has published their
-// PrepareStarted record (the intent: parent, profile and placement), after checking that what
-// they need overlaps nothing another claim holds, and that record holds the placement against
-// every sweep while the instances are made. Creating them is slow (NVML), so it runs without
-// the node lock; the second hold records what was made and completes the claim, sharing and
-// CDI spec included, unless the claim was unprepared meanwhile or the kubelet gave up on the
-// prepare, in which case it destroys what it made.
-func (d *Driver) prepareMIG(ctx context.Context, rec *checkpoint.Claim) error {
-	created, err := d.createMIG(ctx, rec)
-	// Cleaning up must happen even when the kubelet cancelled the prepare.
-	cleanup := context.WithoutCancel(ctx)
-	if err != nil {
-		d.abortMIG(cleanup, rec, created)
-		return err
-	}
-	return d.withLock(cleanup, func(l *checkpoint.Locked) error {
-		delete(d.inflight, types.UID(rec.UID))
-		cur, found := d.indexed(rec.UID)
-		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
-			// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
-			d.destroyCreated(cleanup, rec, created)
-			return errors.New("the claim was unprepared while its MIG instances were being created")
-		}
-		if err := ctx.Err(); err != nil {
-			d.undo(cleanup, l, rec)
-			return fmt.Errorf("prepare cancelled before it was published: %w", context.Cause(ctx))
-		}
-		done := *rec
-		done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
-		spec, err := d.buildSpec(&done)
-		if err != nil {
-			d.undo(cleanup, l, rec)
-			return err
-		}
-		if err := l.Put(done); err != nil {
-			d.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
-			d.undo(cleanup, l, rec)
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		*rec = done
-		d.index(rec)
-		migCrash("completed")
-		return d.complete(cleanup, l, rec, spec)
-	})
-}
-
-// createMIG creates the instances of rec's dynamic-MIG devices, filling in rec (in memory) as
-// it goes, and returns the devices whose GPU instance it created.
-func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) ([]int, error) {
-	if d.opts.MIG == nil {
+// create creates the instances of rec's dynamic-MIG devices, filling in rec (in memory) as
+// it goes, and returns the devices whose GPU instance it created. Creating them is slow (NVML),
+// so it runs without the node lock, between the two holds of the prepare (prepare.go).
+func (m *migStep) create(ctx context.Context, rec *checkpoint.Claim) ([]int, error) {
+	if m.n.opts.MIG == nil {
 		return nil, errors.New("claim has dynamic-MIG devices but dynamic MIG is not enabled on this node")
 	}
 	var created []int
 	for i := range rec.Devices {
 		pd := &rec.Devices[i]
-		m := pd.MIG
-		if m == nil {
+		mr := pd.MIG
+		if mr == nil {
 			continue
 		}
 		migCrash("intent")
 		if err := ctx.Err(); err != nil {
 			return created, fmt.Errorf("prepare cancelled: %w", context.Cause(ctx))
 		}
-		gi, err := d.opts.MIG.CreateGI(ctx, m.ParentUUID, m.ProfileID, device.MIGPlacement{Start: m.Start, Size: m.Size})
+		gi, err := m.n.opts.MIG.CreateGI(ctx, mr.ParentUUID, mr.ProfileID, device.MIGPlacement{Start: mr.Start, Size: mr.Size})
 		if err != nil {
 			return created, fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
 		}
 		migCrash("gi-created")
-		m.GI = &gi
+		mr.GI = &gi
 		created = append(created, i)
-		in, err := d.opts.MIG.CreateCI(ctx, m.ParentUUID, gi)
+		in, err := m.n.opts.MIG.CreateCI(ctx, mr.ParentUUID, gi)
 		if err != nil {
 			return created, fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
 		}
 		migCrash("ci-created")
 		ci := in.CI
-		m.CI = &ci
+		mr.CI = &ci
 		pd.UUID = in.UUID
-		pd.Nodes = append(device.WithoutDRM(d.devices[pd.Device].Nodes), in.CapNodes...)
-		klog.FromContext(ctx).V(2).Info("Created MIG device", "device", pd.Device, "gpu", m.ParentUUID, "profile", m.Profile, "start", m.Start, "gi", gi, "ci", ci, "uuid", in.UUID)
+		pd.Nodes = append(device.WithoutDRM(m.n.devices[pd.Device].Nodes), in.CapNodes...)
+		klog.FromContext(ctx).V(2).Info("Created MIG device", "device", pd.Device, "gpu", mr.ParentUUID, "profile", mr.Profile, "start", mr.Start, "gi", gi, "ci", ci, "uuid", in.UUID)
 	}
 	return created, nil
-}
-
-// abortMIG undoes a dynamic-MIG prepare whose creation failed: under the node lock, the
-// instances it made are destroyed and its record goes, unless the record is no longer its own.
-func (d *Driver) abortMIG(ctx context.Context, rec *checkpoint.Claim, created []int) {
-	err := d.withLock(ctx, func(l *checkpoint.Locked) error {
-		delete(d.inflight, types.UID(rec.UID))
-		cur, found := d.indexed(rec.UID)
-		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != d.instance {
-			d.destroyCreated(ctx, rec, created)
-			return nil
-		}
-		return d.forget(ctx, l, rec)
-	})
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Rolling back a failed dynamic-MIG prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
-	}
 }
 
 // destroyCreated destroys the GPU instances this prepare created for rec, after its record
 // went: each only if it is still the instance made (rec's IDs) and no record holds it. Called
 // with the node lock held.
-func (d *Driver) destroyCreated(ctx context.Context, rec *checkpoint.Claim, created []int) {
+func (m *migStep) destroyCreated(ctx context.Context, rec *checkpoint.Claim, created []int) {
 	if len(created) == 0 {
 		return
 	}
@@ -241,12 +170,12 @@ func (d *Driver) destroyCreated(ctx context.Context, rec *checkpoint.Claim, crea
 	for _, i := range created {
 		mine.Devices = append(mine.Devices, rec.Devices[i])
 	}
-	if err := d.releaseMIG(ctx, &mine); err != nil {
+	if err := m.release(ctx, &mine); err != nil {
 		klog.FromContext(ctx).Error(err, "Destroying the MIG instances of a prepare whose claim was unprepared meanwhile; the next sweep destroys them", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
 }
 
-// releaseMIG destroys the MIG instances c's record says it created. An instance is destroyed
+// release destroys the MIG instances c's record says it created. An instance is destroyed
 // only if it is still the one recorded (GPU instance ID, placement and, once known, UUID) and
 // no other record holds it, so that a GPU-instance ID reused by a later claim is never
 // destroyed by a stale record. A record whose GPU instance ID was not written yet (a crash
@@ -255,8 +184,8 @@ func (d *Driver) destroyCreated(ctx context.Context, rec *checkpoint.Claim, crea
 // pod must be able to terminate, a lost GPU runs nothing, and once no record holds the
 // instance the sweep destroys it when the GPU answers again (a reset or a reboot clears it
 // anyway). Called with the node lock held.
-func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
-	if d.opts.MIG == nil {
+func (m *migStep) release(ctx context.Context, c *checkpoint.Claim) error {
+	if m.n.opts.MIG == nil {
 		return nil
 	}
 	var mine []*checkpoint.PreparedDevice
@@ -268,38 +197,38 @@ func (d *Driver) releaseMIG(ctx context.Context, c *checkpoint.Claim) error {
 	if len(mine) == 0 {
 		return nil
 	}
-	list, unreadable, err := d.listMIG(ctx)
+	list, unreadable, err := m.list(ctx)
 	if err != nil {
 		return fmt.Errorf("listing MIG instances: %w", err)
 	}
 	for _, pd := range mine {
-		m := pd.MIG
-		if err, bad := unreadable[m.ParentUUID]; bad {
-			klog.FromContext(ctx).Error(err, "Leaving the MIG instance of a claim on a GPU that cannot be listed; it is destroyed when the GPU answers again", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "gpu", m.ParentUUID)
+		mr := pd.MIG
+		if err, bad := unreadable[mr.ParentUUID]; bad {
+			klog.FromContext(ctx).Error(err, "Leaving the MIG instance of a claim on a GPU that cannot be listed; it is destroyed when the GPU answers again", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device, "gpu", mr.ParentUUID)
 			continue
 		}
 		for _, in := range list {
 			if !recordedAs(pd, in) {
 				continue
 			}
-			if other, held := d.migHeldBy(in, types.UID(c.UID)); held {
-				klog.FromContext(ctx).Info("Not destroying a MIG instance another claim holds", "gi", in.GI, "gpu", in.ParentUUID, "claim", d.describe(other))
+			if other, held := m.heldBy(in, types.UID(c.UID)); held {
+				klog.FromContext(ctx).Info("Not destroying a MIG instance another claim holds", "gi", in.GI, "gpu", in.ParentUUID, "claim", m.held.describe(other))
 				continue
 			}
-			if err := d.opts.MIG.DestroyMIG(ctx, m.ParentUUID, in.GI); err != nil {
+			if err := m.n.opts.MIG.DestroyMIG(ctx, mr.ParentUUID, in.GI); err != nil {
 				return fmt.Errorf("device %s: destroying MIG instance %d: %w", pd.Device, in.GI, err)
 			}
-			klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "device", pd.Device, "gpu", m.ParentUUID, "gi", in.GI, "uuid", in.UUID)
+			klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "device", pd.Device, "gpu", mr.ParentUUID, "gi", in.GI, "uuid", in.UUID)
 		}
 	}
 	return nil
 }
 
-// listMIG lists the MIG instances of the GPUs that can be read; unreadable are the others, by
+// list lists the MIG instances of the GPUs that can be read; unreadable are the others, by
 // UUID (from the inventory when the GPU cannot tell it), with why. err is a failure to list
 // anything at all.
-func (d *Driver) listMIG(ctx context.Context) (list []device.MIGInstance, unreadable map[string]error, err error) {
-	list, err = d.opts.MIG.ListMIG(ctx)
+func (m *migStep) list(ctx context.Context) (list []device.MIGInstance, unreadable map[string]error, err error) {
+	list, err = m.n.opts.MIG.ListMIG(ctx)
 	var failed device.GPUErrors
 	if !errors.As(err, &failed) {
 		return list, nil, err
@@ -308,7 +237,7 @@ func (d *Driver) listMIG(ctx context.Context) (list []device.MIGInstance, unread
 	for _, g := range failed {
 		uuid := g.UUID
 		if uuid == "" {
-			uuid = d.uuidAt(g.Index)
+			uuid = m.uuidAt(g.Index)
 		}
 		klog.FromContext(ctx).Error(g.Err, "Cannot list the MIG instances of a GPU; they are left as they are", "gpu", uuid, "index", g.Index)
 		unreadable[uuid] = g.Err
@@ -317,13 +246,13 @@ func (d *Driver) listMIG(ctx context.Context) (list []device.MIGInstance, unread
 }
 
 // uuidAt is the UUID the inventory has for the whole GPU at NVML index i, "" if none.
-func (d *Driver) uuidAt(i int) string {
-	for _, p := range d.opts.Inventory.MIGParents {
+func (m *migStep) uuidAt(i int) string {
+	for _, p := range m.n.opts.Inventory.MIGParents {
 		if p.GPU.Index == i {
 			return p.GPU.UUID
 		}
 	}
-	for _, dev := range d.opts.Inventory.Devices {
+	for _, dev := range m.n.opts.Inventory.Devices {
 		if dev.Index == i && dev.MIG == nil {
 			return dev.UUID
 		}
@@ -346,29 +275,21 @@ func recordedAs(pd *checkpoint.PreparedDevice, in device.MIGInstance) bool {
 	return true
 }
 
-// migHeldBy returns a claim other than except whose record holds instance in.
-func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if uid, ok := d.opaqueLocked(except); ok {
-		return uid, true // it may hold any instance
-	}
-	for uid, c := range d.claims {
-		if uid == except {
-			continue
-		}
+// heldBy returns a claim other than except whose record holds instance in.
+func (m *migStep) heldBy(in device.MIGInstance, except types.UID) (types.UID, bool) {
+	return m.held.heldBy(except, func(c *checkpoint.Claim) bool {
 		for i := range c.Devices {
 			pd := &c.Devices[i]
 			// A static MIG device prepared before dynamic MIG was turned on is held by its UUID.
 			if pd.MIG != nil && recordedAs(pd, in) || pd.MIG == nil && in.UUID != "" && pd.UUID == in.UUID {
-				return uid, true
+				return true
 			}
 		}
-	}
-	return "", false
+		return false
+	})
 }
 
-// sweepMIG destroys the MIG instances on MIG-mode GPUs that no checkpoint record holds: those
+// sweep destroys the MIG instances on MIG-mode GPUs that no checkpoint record holds: those
 // of preparations that crashed before recording them, of claims unprepared while their GPU
 // could not be listed, and any an operator made (in dynamic MIG the plugin owns the MIG layout
 // of the GPUs in MIG mode). It runs at start-up, after half-prepared claims were rolled back,
@@ -376,22 +297,22 @@ func (d *Driver) migHeldBy(in device.MIGInstance, except types.UID) (types.UID, 
 // (lost) and an instance that cannot be destroyed (NVML_ERROR_IN_USE: a process still runs on
 // it) are logged and left for the next sweep, since a plugin that exits over them crash-loops
 // and then serves no GPU at all. Called with the node lock held.
-func (d *Driver) sweepMIG(ctx context.Context) []string {
-	if d.opts.MIG == nil {
+func (m *migStep) sweep(ctx context.Context) []string {
+	if m.n.opts.MIG == nil {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	list, _, err := d.listMIG(ctx)
+	list, _, err := m.list(ctx)
 	if err != nil {
 		logger.Error(err, "Cannot list MIG instances to destroy those no claim holds")
 		return nil
 	}
 	var destroyed []string
 	for _, in := range list {
-		if _, held := d.migHeldBy(in, ""); held {
+		if _, held := m.heldBy(in, ""); held {
 			continue
 		}
-		if err := d.opts.MIG.DestroyMIG(ctx, in.ParentUUID, in.GI); err != nil {
+		if err := m.n.opts.MIG.DestroyMIG(ctx, in.ParentUUID, in.GI); err != nil {
 			logger.Error(err, "Cannot destroy a MIG instance that no claim holds; trying again at the next sweep", "gpu", in.ParentUUID, "gi", in.GI, "profile", in.Profile, "start", in.Placement.Start)
 			continue
 		}
@@ -402,15 +323,15 @@ func (d *Driver) sweepMIG(ctx context.Context) []string {
 	return destroyed
 }
 
-// verifyMIG checks that the MIG device a prepared claim got still exists as recorded.
-func (d *Driver) verifyMIG(ctx context.Context, c *checkpoint.Claim, pd *checkpoint.PreparedDevice) error {
-	if d.opts.MIG == nil {
-		return fmt.Errorf("claim %s/%s (%s): device %s is a dynamic-MIG device but dynamic MIG is not enabled on node %s", c.Namespace, c.Name, c.UID, pd.Device, d.opts.NodeName)
+// verify checks that the MIG device a prepared claim got still exists as recorded.
+func (m *migStep) verify(ctx context.Context, c *checkpoint.Claim, pd *checkpoint.PreparedDevice) error {
+	if m.n.opts.MIG == nil {
+		return fmt.Errorf("claim %s/%s (%s): device %s is a dynamic-MIG device but dynamic MIG is not enabled on node %s", c.Namespace, c.Name, c.UID, pd.Device, m.n.opts.NodeName)
 	}
 	if pd.MIG.CI == nil || pd.UUID == "" {
 		return fmt.Errorf("claim %s/%s (%s): device %s is recorded as prepared without its MIG instance", c.Namespace, c.Name, c.UID, pd.Device)
 	}
-	list, unreadable, err := d.listMIG(ctx)
+	list, unreadable, err := m.list(ctx)
 	if err != nil {
 		// Not knowing is no evidence of a change: refusing would take a running claim's spec.
 		klog.FromContext(ctx).Error(err, "Cannot check that a prepared claim's MIG device still exists; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "device", pd.Device)
@@ -428,22 +349,22 @@ func (d *Driver) verifyMIG(ctx context.Context, c *checkpoint.Claim, pd *checkpo
 	return fmt.Errorf("claim %s/%s (%s): MIG device %s (UUID %s, GPU instance %d) no longer exists", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, *pd.MIG.GI)
 }
 
-// withMIGModes returns rec with the modes of its dynamic-MIG devices' /dev/nvidia-caps nodes,
+// withModes returns rec with the modes of its dynamic-MIG devices' /dev/nvidia-caps nodes,
 // which the driver prescribes and records do not hold (device.Node.FileMode), taken from the
 // MIG instances as the driver lists them now. A prepare has them from creating the instance;
 // a spec written again from a record (a wiped CDI directory, a driver change) asks here. A
 // mode it cannot learn is left to the runtime, which then creates the node with its default.
-func (d *Driver) withMIGModes(ctx context.Context, rec *checkpoint.Claim) *checkpoint.Claim {
+func (m *migStep) withModes(ctx context.Context, rec *checkpoint.Claim) *checkpoint.Claim {
 	missing := false
 	for _, pd := range rec.Devices {
 		for _, n := range pd.Nodes {
 			missing = missing || (pd.MIG != nil && n.FileMode == 0)
 		}
 	}
-	if !missing || d.opts.MIG == nil {
+	if !missing || m.n.opts.MIG == nil {
 		return rec
 	}
-	list, _, err := d.listMIG(ctx)
+	list, _, err := m.list(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot read the modes of MIG caps nodes; the runtime's default applies", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
@@ -470,15 +391,4 @@ func (d *Driver) withMIGModes(ctx context.Context, rec *checkpoint.Claim) *check
 		}
 	}
 	return &out
-}
-
-// specDevice is the device a claim's CDI spec gets for pd: the inventory's, or for a
-// dynamic-MIG device the MIG device its preparation created.
-func specDevice(dev *device.Device, pd *checkpoint.PreparedDevice) device.Device {
-	out := *dev
-	if pd.MIG != nil {
-		out.UUID = pd.UUID
-		out.Nodes = stdslices.Clone(pd.Nodes)
-	}
-	return out
 }

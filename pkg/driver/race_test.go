@@ -22,13 +22,13 @@ import (
 // The kubelet cancels a prepare when the pod starts terminating (or after 45 s) and sends the
 // unprepare to the newest plugin instance of a rolling update, while the old instance may still
 // be working on the prepare. These tests run the other instance's call at the points where a
-// call works without the node lock (Driver.hook), and check that whatever the order, nothing is
+// call works without the node lock (preparer.hook), and check that whatever the order, nothing is
 // left: no record, no CDI spec, no GPU setting, no daemon.
 
 // pauseAt makes d run fn once, when it reaches point.
 func pauseAt(d *Driver, point string, fn func()) {
 	var once sync.Once
-	d.hook = func(p string) {
+	d.prep.hook = func(p string) {
 		if p == point {
 			once.Do(fn)
 		}
@@ -136,7 +136,7 @@ func TestUnprepareDuringPrepare(t *testing.T) {
 			})
 			err := prepareOn(ctx, a, c)
 			t.Logf("cancelled prepare returned %v", err)
-			a.hook = nil
+			a.prep.hook = nil
 			e.checkClean(t, f, "u1", a, b)
 		})
 	}
@@ -166,7 +166,7 @@ func TestPrepareDuringUnprepare(t *testing.T) {
 			if err := unprepareOn(e.ctx, b, "u1"); err != nil {
 				t.Fatal(err)
 			}
-			b.hook = nil
+			b.prep.hook = nil
 			e.checkClean(t, f, "u1", a, b)
 		})
 	}

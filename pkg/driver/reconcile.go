@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -61,6 +60,14 @@ const apiCallTimeout = 10 * time.Second
 // apiBackoff spaces the retries of a GET that failed in a way that may pass.
 var apiBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 5 * time.Second}
 
+// reconciler is start-up reconciliation: it brings the holdings and the node back to the
+// checkpoint's truth, through the preparation's steps.
+type reconciler struct {
+	n    *node
+	held *holdings
+	prep *preparer
+}
+
 // Reconcile brings the node back to the checkpoint's truth after a start. It runs before the
 // plugin registers with the kubelet, but during a rolling update the other instance is serving,
 // so everything that looks at or changes records is done under the node lock.
@@ -75,14 +82,18 @@ var apiBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitte
 //     written again.
 //   - A corrupt record has already been moved aside by the store; it is reported, not fatal.
 func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
+	return d.rec.run(ctx)
+}
+
+func (r *reconciler) run(ctx context.Context) (*ReconcileReport, error) {
 	logger := klog.FromContext(ctx)
 	rep := &ReconcileReport{}
-	kept, err := d.reconcileLocked(ctx, rep)
+	kept, err := r.locked(ctx, rep)
 	if err != nil {
 		return rep, err
 	}
-	if err := d.withLock(ctx, func(*checkpoint.Locked) error {
-		rep.MIGDestroyed = d.sweepMIG(ctx)
+	if err := r.held.withLock(ctx, func(*checkpoint.Locked) error {
+		rep.MIGDestroyed = r.prep.mig.sweep(ctx)
 		return nil
 	}); err != nil {
 		return rep, err
@@ -90,19 +101,19 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 
 	// Asking the API server is slow; it is done without the lock, and a claim found gone is
 	// dropped only if its record is still the one that was checked.
-	budget := d.opts.ReconcileAPITimeout
+	budget := r.n.opts.ReconcileAPITimeout
 	if budget <= 0 {
 		budget = DefaultReconcileAPITimeout
 	}
 	apiCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	if d.opts.Kube != nil && len(kept) > 0 {
+	if r.n.opts.Kube != nil && len(kept) > 0 {
 		logger.Info("Waiting for the API server: checking whether the prepared claims still exist", "claims", len(kept), "timeout", budget)
 	}
 	for i := range kept {
 		c := &kept[i]
 		ref := klog.KRef(c.Namespace, c.Name)
-		gone, err := d.claimGone(apiCtx, c)
+		gone, err := r.claimGone(apiCtx, c)
 		if err != nil {
 			// The claim cannot be checked now; keeping it is safe because the kubelet will
 			// unprepare it when its pod goes.
@@ -110,7 +121,7 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 			rep.Unchecked = append(rep.Unchecked, c.UID)
 		}
 		if gone {
-			dropped, err := d.dropIfUnchanged(ctx, c)
+			dropped, err := r.prep.dropIfUnchanged(ctx, c)
 			if err != nil {
 				return rep, err
 			}
@@ -128,11 +139,11 @@ func (d *Driver) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	return rep, nil
 }
 
-// reconcileLocked does the part of Reconcile that needs the node lock, and returns the
+// locked does the part of Reconcile that needs the node lock, and returns the
 // PrepareCompleted claims it kept.
-func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]checkpoint.Claim, error) {
+func (r *reconciler) locked(ctx context.Context, rep *ReconcileReport) ([]checkpoint.Claim, error) {
 	logger := klog.FromContext(ctx)
-	l, err := d.opts.State.Lock()
+	l, err := r.n.opts.State.Lock()
 	if err != nil {
 		return nil, err
 	}
@@ -142,13 +153,13 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 		return nil, fmt.Errorf("loading checkpoint: %w", err)
 	}
 	l.PruneInstances()
-	d.reportCorrupt(ctx, loaded.Corrupt)
+	r.held.reportCorrupt(ctx, loaded.Corrupt)
 	for _, c := range loaded.Corrupt {
 		rep.Corrupt = append(rep.Corrupt, c.Path)
 	}
-	d.reindex(loaded.Claims)
+	r.held.reindex(l, loaded.Claims)
 	for i := range loaded.Stale {
-		if err := d.forget(ctx, l, &loaded.Stale[i]); err != nil {
+		if err := r.prep.forget(ctx, l, &loaded.Stale[i]); err != nil {
 			return nil, err
 		}
 		rep.Stale = append(rep.Stale, loaded.Stale[i].UID)
@@ -159,33 +170,33 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 		c := loaded.Claims[i]
 		ref := klog.KRef(c.Namespace, c.Name)
 		if c.Foreign != nil {
-			d.keepNotOwned(ctx, &c, rep)
+			r.keepNotOwned(ctx, &c, rep)
 			continue
 		}
 		if c.State != checkpoint.StatePrepareCompleted {
-			if c.Owner != d.instance && l.Alive(c.Owner) {
+			if c.Owner != r.n.instance && l.Alive(c.Owner) {
 				logger.Info("Leaving half-prepared claim to the live instance preparing it", "claim", ref, "owner", c.Owner)
 				rep.InFlight = append(rep.InFlight, c.UID)
 				continue
 			}
 			logger.Info("Rolling back half-prepared claim", "claim", ref)
-			if err := d.forget(ctx, l, &c); err != nil {
+			if err := r.prep.forget(ctx, l, &c); err != nil {
 				return nil, err
 			}
 			rep.RolledBack = append(rep.RolledBack, c.UID)
 			continue
 		}
-		if err := d.verifyIdentity(ctx, l, &c); err != nil {
+		if err := r.prep.verifyIdentity(ctx, l, &c); err != nil {
 			// Keep the record, so that the device stays held and the kubelet's unprepare cleans
 			// up, but take the spec away: it names a device the claim no longer has.
-			if rerr := d.opts.CDI.Remove(c.UID); rerr != nil {
+			if rerr := r.n.opts.CDI.Remove(c.UID); rerr != nil {
 				return nil, fmt.Errorf("claim %s: removing CDI spec: %w", ref, rerr)
 			}
 			rep.Refused = append(rep.Refused, c.UID)
 			continue
 		}
-		if !d.opts.CDI.Exists(c.UID) {
-			if err := d.writeSpec(ctx, &c); err != nil {
+		if !r.n.opts.CDI.Exists(c.UID) {
+			if err := r.prep.spec.write(ctx, &c); err != nil {
 				// The claim stays recorded so its unprepare still cleans up; the kubelet's next
 				// prepare of it retries the spec.
 				logger.Error(err, "Cannot re-create CDI spec", "claim", ref)
@@ -193,24 +204,21 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 				rep.SpecsCreated = append(rep.SpecsCreated, c.UID)
 			}
 		}
-		d.ensureSharing(ctx, &c)
+		r.prep.sharing.ensure(ctx, &c)
 		kept = append(kept, c)
 	}
 
-	rep.MPSStopped = d.sweepMPS(ctx)
+	rep.MPSStopped = r.prep.sharing.sweep(ctx)
 
-	specs, err := d.opts.CDI.List()
+	specs, err := r.n.opts.CDI.List()
 	if err != nil {
 		return nil, fmt.Errorf("listing CDI specs: %w", err)
 	}
 	for _, uid := range specs {
-		d.mu.Lock()
-		_, known := d.claims[types.UID(uid)]
-		d.mu.Unlock()
-		if known {
+		if _, known := r.held.get(uid); known {
 			continue
 		}
-		if err := d.opts.CDI.Remove(uid); err != nil {
+		if err := r.n.opts.CDI.Remove(uid); err != nil {
 			return nil, fmt.Errorf("removing orphaned CDI spec of claim %s: %w", uid, err)
 		}
 		rep.Orphans = append(rep.Orphans, uid)
@@ -218,26 +226,12 @@ func (d *Driver) reconcileLocked(ctx context.Context, rep *ReconcileReport) ([]c
 	return kept, nil
 }
 
-// dropIfUnchanged forgets c if its record is still PrepareCompleted.
-func (d *Driver) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bool, error) {
-	l, err := d.lock(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer l.Unlock()
-	cur, found := d.indexed(c.UID)
-	if !found || cur.State != checkpoint.StatePrepareCompleted || cur.Foreign != nil {
-		return false, nil
-	}
-	return true, d.forget(ctx, l, &cur)
-}
-
 // claimGone asks the API server whether c's claim is gone (or replaced by another of the same
 // name). Each GET is bounded by apiCallTimeout and retried with backoff while its failure may
 // pass (a timeout, a refused or reset connection, 429, 5xx), until ctx ends; the error then
 // names the claim and the last failure.
-func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, error) {
-	if d.opts.Kube == nil {
+func (r *reconciler) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, error) {
+	if r.n.opts.Kube == nil {
 		return false, nil
 	}
 	var gone bool
@@ -245,7 +239,7 @@ func (d *Driver) claimGone(ctx context.Context, c *checkpoint.Claim) (bool, erro
 	err := wait.ExponentialBackoffWithContext(ctx, apiBackoff, func(ctx context.Context) (bool, error) {
 		callCtx, cancel := context.WithTimeout(ctx, apiCallTimeout)
 		defer cancel()
-		got, err := d.opts.Kube.ResourceV1().ResourceClaims(c.Namespace).Get(callCtx, c.Name, metav1.GetOptions{})
+		got, err := r.n.opts.Kube.ResourceV1().ResourceClaims(c.Namespace).Get(callCtx, c.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			gone = true
@@ -273,47 +267,4 @@ func transientAPIError(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
 		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
 		utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
-}
-
-// sweepMPS stops the MPS daemons that no record counts on and removes their directories (a
-// record of an earlier boot needs nothing released, so its daemon's directory is left for
-// this). A daemon that cannot be stopped is logged and left for the next start: it holds no
-// device that a claim could be given. Called with the node lock held, after the index was
-// loaded, so that the other instance's records count too.
-func (d *Driver) sweepMPS(ctx context.Context) []string {
-	if d.opts.MPS == nil {
-		return nil
-	}
-	logger := klog.FromContext(ctx)
-	keys, err := d.opts.MPS.Keys(ctx)
-	if err != nil {
-		logger.Error(err, "Cannot look for MPS control daemons that no claim uses")
-		return nil
-	}
-	needed := map[string]bool{}
-	d.mu.Lock()
-	if uid, ok := d.opaqueLocked(""); ok {
-		d.mu.Unlock()
-		logger.Info("Stopping no MPS control daemon: a checkpoint record this plugin cannot read may count on any", "claim", uid)
-		return nil
-	}
-	for _, c := range d.claims {
-		for _, key := range mpsDaemons(c) {
-			needed[key] = true
-		}
-	}
-	d.mu.Unlock()
-	var stopped []string
-	for _, key := range keys {
-		if needed[key] {
-			continue
-		}
-		if err := d.opts.MPS.Stop(ctx, key); err != nil {
-			logger.Error(err, "Cannot stop an MPS control daemon that no claim uses", "daemon", key)
-			continue
-		}
-		logger.Info("Stopped an MPS control daemon that no claim uses", "daemon", key)
-		stopped = append(stopped, key)
-	}
-	return stopped
 }

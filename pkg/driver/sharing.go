@@ -2,7 +2,7 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
+
 	"errors"
 	"fmt"
 	"maps"
@@ -30,9 +30,19 @@ import (
 // (a framework's allocator limit, an MPS client limit), what the scheduler gave it.
 const EnvMemoryLimits = "ACCEL_DRA_GPU_MEMORY_LIMITS"
 
-// shareOptions are the slices.Build options of the sharing modes.
-func (d *Driver) shareOptions() []slices.Option { return shareOptions(&d.opts) }
+// sharingStep is the step of a claim's preparation for how its GPUs are shared: consumable
+// memory shares (planned from the allocation), and GpuConfig.sharing (time-slicing, MPS) set
+// on the GPUs under the node lock right after the record is published, and put back on
+// release unless another claim still needs it so. It knows the claims only through the
+// holdings.
+type sharingStep struct {
+	n    *node
+	held *holdings
+	// health, if device health is on (Driver.EnableHealth), tells a lost GPU (lost).
+	health *healthState
+}
 
+// shareOptions are the slices.Build options of the sharing modes.
 func shareOptions(o *Options) []slices.Option {
 	if !o.ConsumableMemory {
 		return nil
@@ -81,69 +91,21 @@ func memoryLimitEnv(devs []checkpoint.PreparedDevice) []string {
 	return []string{EnvMemoryLimits + "=" + strings.Join(parts, ",")}
 }
 
-// holder is a claim other than self that stands in the way of preparing pd: for a share, a claim
-// holding the device exclusively; for an exclusive device, a claim holding it exclusively or a
-// share of it. Shares of one device do not stand in each other's way: the scheduler, which
-// alone knows the device's capacity and every allocation, decided that they fit. The result
-// is deterministic (the smallest UID) so that errors name the same claim every time. Called
-// with the node lock held.
-func (d *Driver) holder(pd *checkpoint.PreparedDevice, self types.UID) (types.UID, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	key := d.ownerKey(pd)
-	if other, held := d.owner[key]; held && other != self {
-		return other, true
+// plan is the sharing step's part of planning rec: it checks the claim's sharing
+// configuration s against its devices and this plugin and sets what the record keeps, and
+// returns what the claim's containers' environment gets from it (EnvMemoryLimits for shares,
+// the MPS variables). Errors name the field.
+func (sh *sharingStep) plan(ref string, rec *checkpoint.Claim, s *configapi.Sharing) ([]string, error) {
+	var err error
+	if rec.Sharing, err = sh.planConfig(ref, rec, s); err != nil {
+		return nil, err
 	}
-	if pd.ShareID != "" {
-		return "", false
-	}
-	var first types.UID
-	for uid := range d.shares[key] {
-		if uid != self && (first == "" || uid < first) {
-			first = uid
-		}
-	}
-	return first, first != ""
+	return append(memoryLimitEnv(rec.Devices), sh.env(rec)...), nil
 }
 
-// conflict explains why pd cannot be prepared next to the claim other.
-func conflict(pd *checkpoint.PreparedDevice, oc *checkpoint.Claim) string {
-	theirs := false
-	if oc != nil {
-		for _, o := range oc.Devices {
-			if o.UUID == pd.UUID && o.ShareID != "" {
-				theirs = true
-			}
-		}
-	}
-	switch {
-	case pd.ShareID != "":
-		return "holds it exclusively; a share of it cannot be prepared next to that claim"
-	case theirs:
-		return "holds a share of it; it cannot also be prepared for exclusive use"
-	}
-	return "holds it"
-}
-
-// sharingOf is a config's GpuConfig.sharing, nil for none or for another kind.
-func sharingOf(cfg configapi.Config) *configapi.Sharing {
-	if g, ok := cfg.(*configapi.GpuConfig); ok {
-		return g.Sharing
-	}
-	return nil
-}
-
-// sameSharing compares two sharing configs by their encoding: quantities that are equal may
-// differ in their cached string.
-func sameSharing(a, b *configapi.Sharing) bool {
-	ja, erra := json.Marshal(a)
-	jb, errb := json.Marshal(b)
-	return erra == nil && errb == nil && string(ja) == string(jb)
-}
-
-// planSharing checks a claim's sharing configuration against its devices and this plugin, and
-// returns what its record keeps. Errors name the field.
-func (d *Driver) planSharing(ref string, rec *checkpoint.Claim, s *configapi.Sharing) (*checkpoint.Sharing, error) {
+// planConfig checks a claim's sharing configuration against its devices and this plugin, and
+// returns what its record keeps.
+func (sh *sharingStep) planConfig(ref string, rec *checkpoint.Claim, s *configapi.Sharing) (*checkpoint.Sharing, error) {
 	if s == nil {
 		return nil, nil
 	}
@@ -154,12 +116,12 @@ func (d *Driver) planSharing(ref string, rec *checkpoint.Claim, s *configapi.Sha
 	}
 	switch s.Strategy {
 	case configapi.StrategyTimeSlicing:
-		if d.opts.TimeSlicer == nil {
-			return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not available on node %s: the plugin has no nvidia-smi to set time-slices with (--nvidia-smi-path)", ref, s.Strategy, d.opts.NodeName)
+		if sh.n.opts.TimeSlicer == nil {
+			return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not available on node %s: the plugin has no nvidia-smi to set time-slices with (--nvidia-smi-path)", ref, s.Strategy, sh.n.opts.NodeName)
 		}
 		return &checkpoint.Sharing{Strategy: string(s.Strategy), Interval: string(s.TimeSlicing.Interval)}, nil
 	case configapi.StrategyMPS:
-		return d.planMPS(ref, rec, s.MPS)
+		return sh.planMPS(ref, rec, s.MPS)
 	default:
 		return nil, fmt.Errorf("claim %s: sharing.strategy: %s is not supported by this version of the plugin (see docs/sharing.md)", ref, s.Strategy)
 	}
@@ -170,13 +132,13 @@ func mibUp(q resource.Quantity) int64 { return (q.Value() + (1<<20 - 1)) >> 20 }
 
 // planMPS checks an MPS config against the claim's devices and turns its limits into what the
 // daemon is told: per GPU UUID, in MiB (rounded up).
-func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
-	if d.opts.MPS == nil {
-		return nil, fmt.Errorf("claim %s: sharing.strategy: MPS is not available on node %s: the plugin has no nvidia-cuda-mps-control (--nvidia-mps-control-path)", ref, d.opts.NodeName)
+func (sh *sharingStep) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
+	if sh.n.opts.MPS == nil {
+		return nil, fmt.Errorf("claim %s: sharing.strategy: MPS is not available on node %s: the plugin has no nvidia-cuda-mps-control (--nvidia-mps-control-path)", ref, sh.n.opts.NodeName)
 	}
 	for _, pd := range rec.Devices {
 		if pd.ShareID != "" {
-			return d.planMPSShare(ref, rec, m)
+			return sh.planMPSShare(ref, rec, m)
 		}
 	}
 	out := &checkpoint.Sharing{Strategy: string(configapi.StrategyMPS)}
@@ -212,10 +174,10 @@ func (d *Driver) planMPS(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*
 // planMPSShare plans MPS for a claim of consumable-memory shares. A GPU in EXCLUSIVE_PROCESS
 // mode runs one MPS server, so all MPS shares of a GPU use one daemon, the GPU's (mpsDaemon),
 // and a claim's limits cannot be the daemon's: they go to the claim's containers as the MPS
-// client variables, which the server applies to each client process (sharingEnv). The pinned
+// client variables, which the server applies to each client process (env). The pinned
 // memory limit is the claim's share unless the config asks for less; a client reaches one
 // daemon, so the claim must hold shares of one GPU only.
-func (d *Driver) planMPSShare(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
+func (sh *sharingStep) planMPSShare(ref string, rec *checkpoint.Claim, m *configapi.MPS) (*checkpoint.Sharing, error) {
 	var gpu *checkpoint.PreparedDevice
 	var shareBytes int64
 	for i := range rec.Devices {
@@ -301,13 +263,13 @@ func mpsDaemons(c *checkpoint.Claim) []string {
 // stopDaemon stops the MPS daemon of c unless another claim is served by it (a GPU's daemon of
 // shares, whose last claim stops it). Called with the node lock held, so that no other
 // instance starts or counts on the daemon meanwhile.
-func (d *Driver) stopDaemon(ctx context.Context, c *checkpoint.Claim) error {
+func (sh *sharingStep) stopDaemon(ctx context.Context, c *checkpoint.Claim) error {
 	key := mpsDaemon(c)
-	if d.usedByOther(key, types.UID(c.UID), mpsDaemons) {
+	if sh.usedByOther(key, types.UID(c.UID), mpsDaemons) {
 		klog.FromContext(ctx).V(2).Info("Leaving the GPU's MPS control daemon to its other shares", "claim", klog.KRef(c.Namespace, c.Name), "daemon", key)
 		return nil
 	}
-	if err := d.opts.MPS.Stop(ctx, key); err != nil {
+	if err := sh.n.opts.MPS.Stop(ctx, key); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Stopped MPS control daemon", "claim", klog.KRef(c.Namespace, c.Name), "daemon", key)
@@ -338,15 +300,15 @@ func mpsGPUs(c *checkpoint.Claim) []string {
 	return gpuUUIDs(c)
 }
 
-// sharingEnv is what the claim's sharing adds to its containers' environment: the MPS daemon's
+// env is what the claim's sharing adds to its containers' environment: the MPS daemon's
 // directories, and for shares the claim's limits as MPS client variables. The pinned memory
 // limit names the GPU by ordinal: the GPU's daemon serves that one GPU (CUDA_VISIBLE_DEVICES),
 // so it is device 0 of every client.
-func (d *Driver) sharingEnv(rec *checkpoint.Claim) []string {
-	if !isMPS(rec) || d.opts.MPS == nil {
+func (sh *sharingStep) env(rec *checkpoint.Claim) []string {
+	if !isMPS(rec) || sh.n.opts.MPS == nil {
 		return nil
 	}
-	pipe, log := d.opts.MPS.Dirs(mpsDaemon(rec))
+	pipe, log := sh.n.opts.MPS.Dirs(mpsDaemon(rec))
 	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
 	uuid, shared := mpsShareGPU(rec)
 	if !shared {
@@ -368,18 +330,18 @@ const (
 	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
-// sharingMounts are the claim's MPS directories, at the same paths in the container, and the
+// mounts are the claim's MPS directories, at the same paths in the container, and the
 // daemon's tmpfs as the container's /dev/shm (it replaces the runtime's own /dev/shm mount).
-func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
-	if !isMPS(rec) || d.opts.MPS == nil {
+func (sh *sharingStep) mounts(rec *checkpoint.Claim) []*specs.Mount {
+	if !isMPS(rec) || sh.n.opts.MPS == nil {
 		return nil
 	}
 	key := mpsDaemon(rec)
-	pipe, log := d.opts.MPS.Dirs(key)
+	pipe, log := sh.n.opts.MPS.Dirs(key)
 	return []*specs.Mount{
 		{HostPath: pipe, ContainerPath: pipe, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		{HostPath: log, ContainerPath: log, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		{HostPath: d.opts.MPS.ShmDir(key), ContainerPath: "/dev/shm", Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+		{HostPath: sh.n.opts.MPS.ShmDir(key), ContainerPath: "/dev/shm", Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	}
 }
 
@@ -389,13 +351,13 @@ func (d *Driver) sharingMounts(rec *checkpoint.Claim) []*specs.Mount {
 // given out whole (dynamic MIG), where CUDA runs only on MIG devices. The UUID tells a whole
 // GPU (GPU-...) from a MIG device (MIG-...) from the record alone, so that a record whose
 // device has left the inventory is still put back.
-func (d *Driver) computeModeGPUs(c *checkpoint.Claim) []string {
+func (sh *sharingStep) computeModeGPUs(c *checkpoint.Claim) []string {
 	var out []string
 	for _, u := range gpuUUIDs(c) {
 		if !strings.HasPrefix(u, "GPU-") {
 			continue
 		}
-		migParent := stdslices.ContainsFunc(d.opts.Inventory.MIGParents, func(p device.MIGParent) bool { return p.GPU.UUID == u })
+		migParent := stdslices.ContainsFunc(sh.n.opts.Inventory.MIGParents, func(p device.MIGParent) bool { return p.GPU.UUID == u })
 		if !migParent {
 			out = append(out, u)
 		}
@@ -405,12 +367,12 @@ func (d *Driver) computeModeGPUs(c *checkpoint.Claim) []string {
 
 // setComputeModes sets mode on the GPUs uuids and returns those it set; it stops at the first
 // failure.
-func (d *Driver) setComputeModes(ctx context.Context, uuids []string, mode device.ComputeMode) ([]string, error) {
-	if d.opts.ComputeMode == nil {
+func (sh *sharingStep) setComputeModes(ctx context.Context, uuids []string, mode device.ComputeMode) ([]string, error) {
+	if sh.n.opts.ComputeMode == nil {
 		return nil, nil
 	}
 	for i, u := range uuids {
-		if err := d.opts.ComputeMode.SetComputeMode(ctx, u, mode); err != nil {
+		if err := sh.n.opts.ComputeMode.SetComputeMode(ctx, u, mode); err != nil {
 			return uuids[:i], fmt.Errorf("setting compute mode %s on GPU %s: %w", mode, u, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Set GPU compute mode", "uuid", u, "mode", mode)
@@ -420,20 +382,20 @@ func (d *Driver) setComputeModes(ctx context.Context, uuids []string, mode devic
 
 // restoreComputeModes puts DEFAULT back on the GPUs uuids that no other MPS claim of self's
 // GPUs needs exclusive.
-func (d *Driver) restoreComputeModes(ctx context.Context, self types.UID, uuids []string) error {
+func (sh *sharingStep) restoreComputeModes(ctx context.Context, self types.UID, uuids []string) error {
 	var keep []string
 	for _, u := range uuids {
 		// Another claim's MPS daemon on the GPU needs it EXCLUSIVE_PROCESS still.
-		if !d.usedByOther(u, self, mpsGPUs) {
+		if !sh.usedByOther(u, self, mpsGPUs) {
 			keep = append(keep, u)
 		}
 	}
-	_, err := d.setComputeModes(ctx, keep, device.ComputeModeDefault)
+	_, err := sh.setComputeModes(ctx, keep, device.ComputeModeDefault)
 	return err
 }
 
 // mpsLimits are the limits c's daemon is started with: a claim's own daemon takes the claim's;
-// a GPU's daemon of shares takes none, its claims' limits are their clients' (sharingEnv).
+// a GPU's daemon of shares takes none, its claims' limits are their clients' (env).
 func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
 	if _, shared := mpsShareGPU(c); shared {
 		return sharing.MPSLimits{}
@@ -441,22 +403,22 @@ func mpsLimits(c *checkpoint.Claim) sharing.MPSLimits {
 	return sharing.MPSLimits{ActiveThreadPercentage: c.Sharing.ActiveThreadPercentage, PinnedMemoryMiB: c.Sharing.PinnedMemoryMiB}
 }
 
-// ensureSharing, at start-up and when the kubelet prepares a prepared claim again, brings back
+// ensure, at start-up and when the kubelet prepares a prepared claim again, brings back
 // what a prepared claim's sharing runs: its MPS daemon is adopted if it outlived the plugin, or
 // started again (with its limits) if it did not. A failure is logged and left for the claim's
 // unprepare: the claim's containers may already run. Both callers hold the node lock; starting
 // a daemon is rare and takes until it is ready (its pod started and its pipe answering, bounded
 // by mpspod.DefaultReadyTimeout).
-func (d *Driver) ensureSharing(ctx context.Context, c *checkpoint.Claim) {
-	if !isMPS(c) || d.opts.MPS == nil {
+func (sh *sharingStep) ensure(ctx context.Context, c *checkpoint.Claim) {
+	if !isMPS(c) || sh.n.opts.MPS == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	// Set again in case the plugin crashed between writing the record and setting it.
-	if _, err := d.setComputeModes(ctx, d.computeModeGPUs(c), device.ComputeModeExclusiveProcess); err != nil {
+	if _, err := sh.setComputeModes(ctx, sh.computeModeGPUs(c), device.ComputeModeExclusiveProcess); err != nil {
 		logger.Error(err, "Cannot set the compute mode of a prepared MPS claim's GPUs", "claim", klog.KRef(c.Namespace, c.Name))
 	}
-	started, err := d.opts.MPS.Ensure(ctx, mpsDaemon(c), gpuUUIDs(c), mpsLimits(c))
+	started, err := sh.n.opts.MPS.Ensure(ctx, mpsDaemon(c), gpuUUIDs(c), mpsLimits(c))
 	switch {
 	case err != nil:
 		logger.Error(err, "Cannot restart the MPS control daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
@@ -479,33 +441,20 @@ func sharingKey(s *checkpoint.Sharing) string {
 	return s.Strategy
 }
 
-// sharingConflict refuses rec if a claim holding a share of one of its GPUs was prepared with
+// conflicts refuses rec if a claim holding a share of one of its GPUs was prepared with
 // another sharing strategy or time-slice: both are set on the whole GPU, so one of the two
 // claims would not get what it asked for. Called with the node lock held.
-func (d *Driver) sharingConflict(ref string, rec *checkpoint.Claim) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (sh *sharingStep) conflicts(ref string, rec *checkpoint.Claim) error {
 	mine := sharingKey(rec.Sharing)
 	for i := range rec.Devices {
 		pd := &rec.Devices[i]
 		if pd.ShareID == "" {
 			continue
 		}
-		others := make([]types.UID, 0, len(d.shares[d.ownerKey(pd)]))
-		for uid := range d.shares[d.ownerKey(pd)] {
-			if uid != types.UID(rec.UID) {
-				others = append(others, uid)
-			}
-		}
-		sort.Slice(others, func(i, j int) bool { return others[i] < others[j] })
-		for _, uid := range others {
-			oc := d.claims[uid]
-			if oc == nil {
-				continue
-			}
+		for _, oc := range sh.held.sharers(pd, types.UID(rec.UID)) {
 			if theirs := sharingKey(oc.Sharing); theirs != mine {
 				return fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
-					ref, pd.Device, oc.Namespace, oc.Name, uid, theirs, ref, mine)
+					ref, pd.Device, oc.Namespace, oc.Name, oc.UID, theirs, ref, mine)
 			}
 		}
 	}
@@ -520,25 +469,25 @@ func timeSliced(c *checkpoint.Claim) []string {
 	return gpuUUIDs(c)
 }
 
-// applySharing sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
+// apply sets what a newly prepared claim's sharing asks on its GPUs. On failure it puts
 // back the GPUs it had already set, unless another claim needs them so. Called with the node
 // lock held, right after the claim's record was published: a GPU's settings and its MPS daemon
 // (started by its first share and stopped by its last, which either instance of the plugin may
 // prepare) change only together with the records that say which claims count on them.
-func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error {
+func (sh *sharingStep) apply(ctx context.Context, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
 		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
 		// driver does it. The record, written already, says to put DEFAULT back.
-		set, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
+		set, err := sh.setComputeModes(ctx, sh.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
 		started := false
 		if err == nil {
-			started, err = d.opts.MPS.Ensure(ctx, mpsDaemon(rec), gpuUUIDs(rec), mpsLimits(rec))
+			started, err = sh.n.opts.MPS.Ensure(ctx, mpsDaemon(rec), gpuUUIDs(rec), mpsLimits(rec))
 		}
 		if err != nil {
-			if serr := d.stopDaemon(ctx, rec); serr != nil {
+			if serr := sh.stopDaemon(ctx, rec); serr != nil {
 				klog.FromContext(ctx).Error(serr, "Stopping the MPS control daemon after a failed prepare")
 			}
-			if rerr := d.restoreComputeModes(ctx, types.UID(rec.UID), set); rerr != nil {
+			if rerr := sh.restoreComputeModes(ctx, types.UID(rec.UID), set); rerr != nil {
 				klog.FromContext(ctx).Error(rerr, "Putting back the default compute mode after a failed prepare")
 			}
 			return fmt.Errorf("sharing.mps: %w", err)
@@ -552,20 +501,20 @@ func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error 
 	if len(uuids) == 0 {
 		return nil
 	}
-	if _, err := d.setComputeModes(ctx, d.computeModeGPUs(rec), device.ComputeModeDefault); err != nil {
+	if _, err := sh.setComputeModes(ctx, sh.computeModeGPUs(rec), device.ComputeModeDefault); err != nil {
 		return fmt.Errorf("sharing.timeSlicing: %w", err)
 	}
 	for i, uuid := range uuids {
-		err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceInterval(rec.Sharing.Interval))
+		err := sh.n.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceInterval(rec.Sharing.Interval))
 		if err == nil {
 			klog.FromContext(ctx).V(2).Info("Set GPU time-slice", "claim", klog.KRef(rec.Namespace, rec.Name), "uuid", uuid, "interval", rec.Sharing.Interval)
 			continue
 		}
 		for _, done := range uuids[:i] {
-			if d.usedByOther(done, types.UID(rec.UID), timeSliced) {
+			if sh.usedByOther(done, types.UID(rec.UID), timeSliced) {
 				continue
 			}
-			if uerr := d.opts.TimeSlicer.SetTimeSlice(ctx, done, configapi.TimeSliceDefault); uerr != nil {
+			if uerr := sh.n.opts.TimeSlicer.SetTimeSlice(ctx, done, configapi.TimeSliceDefault); uerr != nil {
 				klog.FromContext(ctx).Error(uerr, "Putting back the default time-slice after a failed prepare", "uuid", done)
 			}
 		}
@@ -577,37 +526,29 @@ func (d *Driver) applySharing(ctx context.Context, rec *checkpoint.Claim) error 
 // usedByOther reports whether a claim other than self has uuid among of(claim): the GPUs whose
 // time-slice or compute mode its sharing set, or the MPS daemon that serves it, which must stay
 // until the last such claim.
-func (d *Driver) usedByOther(uuid string, self types.UID, of func(*checkpoint.Claim) []string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.opaqueLocked(self); ok {
-		return true // a record this plugin cannot read may use it
-	}
-	for uid, c := range d.claims {
-		if uid != self && stdslices.Contains(of(c), uuid) {
-			return true
-		}
-	}
-	return false
+func (sh *sharingStep) usedByOther(uuid string, self types.UID, of func(*checkpoint.Claim) []string) bool {
+	// A record this plugin cannot read may use it (heldBy counts it).
+	_, used := sh.held.heldBy(self, func(c *checkpoint.Claim) bool { return stdslices.Contains(of(c), uuid) })
+	return used
 }
 
-// releaseSharing stops c's MPS daemon and puts back the default time-slice and compute mode on
+// release stops c's MPS daemon and puts back the default time-slice and compute mode on
 // each GPU of c that no other claim needs so, before c's record goes: if that fails the record
 // stays, and the kubelet's next unprepare (or start-up reconciliation, for a claim that is
-// gone) tries again. A GPU that is lost (gpuLost) is the exception: nothing can be set on it
+// gone) tries again. A GPU that is lost (lost) is the exception: nothing can be set on it
 // until a reset or a reboot, which put its defaults back anyway, and the claim's pod must be
 // able to terminate, so its failures are logged and the release goes on. Records of an earlier
 // boot are not in the index and need nothing: the driver reset the GPUs when it loaded. Called
 // with the node lock held.
-func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error {
-	if _, indexed := d.indexed(c.UID); !indexed {
+func (sh *sharingStep) release(ctx context.Context, c *checkpoint.Claim) error {
+	if _, indexed := sh.held.get(c.UID); !indexed {
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(c.Namespace, c.Name))
 	// tolerate passes the failure of a lost GPU.
 	tolerate := func(err error, uuids ...string) error {
 		for _, u := range uuids {
-			if d.gpuLost(u, err) {
+			if sh.lost(u, err) {
 				logger.Error(err, "Leaving a setting of a lost GPU as it is: a reset or a reboot puts its default back", "uuid", u)
 				return nil
 			}
@@ -615,22 +556,22 @@ func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error 
 		return err
 	}
 	if isMPS(c) {
-		if d.opts.MPS != nil {
-			if err := tolerate(d.stopDaemon(ctx, c), gpuUUIDs(c)...); err != nil {
+		if sh.n.opts.MPS != nil {
+			if err := tolerate(sh.stopDaemon(ctx, c), gpuUUIDs(c)...); err != nil {
 				return fmt.Errorf("stopping the claim's MPS control daemon: %w", err)
 			}
 		}
-		for _, u := range d.computeModeGPUs(c) {
-			if err := tolerate(d.restoreComputeModes(ctx, types.UID(c.UID), []string{u}), u); err != nil {
+		for _, u := range sh.computeModeGPUs(c) {
+			if err := tolerate(sh.restoreComputeModes(ctx, types.UID(c.UID), []string{u}), u); err != nil {
 				return fmt.Errorf("putting back the default compute mode: %w", err)
 			}
 		}
 	}
 	for _, uuid := range timeSliced(c) {
-		if d.usedByOther(uuid, types.UID(c.UID), timeSliced) {
+		if sh.usedByOther(uuid, types.UID(c.UID), timeSliced) {
 			continue
 		}
-		if err := d.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceDefault); err != nil {
+		if err := sh.n.opts.TimeSlicer.SetTimeSlice(ctx, uuid, configapi.TimeSliceDefault); err != nil {
 			if tolerate(err, uuid) == nil {
 				continue
 			}
@@ -641,20 +582,20 @@ func (d *Driver) releaseSharing(ctx context.Context, c *checkpoint.Claim) error 
 	return nil
 }
 
-// gpuLost reports whether the GPU uuid is lost, as err says (device.ErrGPULost) or as device
+// lost reports whether the GPU uuid is lost, as err says (device.ErrGPULost) or as device
 // health last saw it (cause lost).
-func (d *Driver) gpuLost(uuid string, err error) bool {
+func (sh *sharingStep) lost(uuid string, err error) bool {
 	if err == nil {
 		return false
 	}
 	if errors.Is(err, device.ErrGPULost) {
 		return true
 	}
-	if d.health == nil {
+	if sh.health == nil {
 		return false
 	}
-	for _, h := range d.health.tracker.Snapshot() {
-		dev, ok := d.devices[h.Device]
+	for _, h := range sh.health.tracker.Snapshot() {
+		dev, ok := sh.n.devices[h.Device]
 		if !ok || dev.UUID != uuid || h.State != health.Unhealthy {
 			continue
 		}
@@ -665,4 +606,45 @@ func (d *Driver) gpuLost(uuid string, err error) bool {
 		}
 	}
 	return false
+}
+
+// sweep stops the MPS daemons that no record counts on and removes their directories (a
+// record of an earlier boot needs nothing released, so its daemon's directory is left for
+// this). A daemon that cannot be stopped is logged and left for the next start: it holds no
+// device that a claim could be given. Called with the node lock held, after the index was
+// loaded, so that the other instance's records count too.
+func (sh *sharingStep) sweep(ctx context.Context) []string {
+	if sh.n.opts.MPS == nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	keys, err := sh.n.opts.MPS.Keys(ctx)
+	if err != nil {
+		logger.Error(err, "Cannot look for MPS control daemons that no claim uses")
+		return nil
+	}
+	needed := map[string]bool{}
+	// No claim holds anything of its own here: heldBy answers only for an opaque record.
+	if uid, ok := sh.held.heldBy("", func(*checkpoint.Claim) bool { return false }); ok {
+		logger.Info("Stopping no MPS control daemon: a checkpoint record this plugin cannot read may count on any", "claim", uid)
+		return nil
+	}
+	for _, c := range sh.held.all() {
+		for _, key := range mpsDaemons(&c) {
+			needed[key] = true
+		}
+	}
+	var stopped []string
+	for _, key := range keys {
+		if needed[key] {
+			continue
+		}
+		if err := sh.n.opts.MPS.Stop(ctx, key); err != nil {
+			logger.Error(err, "Cannot stop an MPS control daemon that no claim uses", "daemon", key)
+			continue
+		}
+		logger.Info("Stopped an MPS control daemon that no claim uses", "daemon", key)
+		stopped = append(stopped, key)
+	}
+	return stopped
 }
