@@ -1,6 +1,13 @@
 // Package driver implements the kubeletplugin.DRAPlugin of accel-dra: it decides which devices a
 // claim gets on this node, writes one CDI spec per claim and records every step in the
 // checkpoint so that a restart or reboot loses nothing and prepares nothing twice.
+//
+// Who owns what: the checkpoint directory (pkg/checkpoint) is the truth of who holds what on
+// the node; holdings is this process's only index of it, changed only under the node lock;
+// preparer owns the sequence of one claim's preparation and release; specStep, sharingStep and
+// migStep own what their concern changes on the node (CDI specs; GPU sharing settings and MPS
+// daemons; MIG instances); healthState owns the devices' health; collector owns its grace
+// periods. docs/node-plugin.md opens with the picture.
 package driver
 
 import (

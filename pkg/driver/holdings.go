@@ -304,7 +304,7 @@ func (h *holdings) sharers(pd *checkpoint.PreparedDevice, self types.UID) []*che
 func (h *holdings) heldBy(self types.UID, holds func(*checkpoint.Claim) bool) (types.UID, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if uid, ok := h.opaqueLocked(self); ok {
+	if uid, ok := opaqueOther(h.opaque, self); ok {
 		return uid, true
 	}
 	for uid, c := range h.claims {
@@ -315,10 +315,11 @@ func (h *holdings) heldBy(self types.UID, holds func(*checkpoint.Claim) bool) (t
 	return "", false
 }
 
-// opaqueLocked returns an opaque record other than self's, the same one every time; h.mu held.
-func (h *holdings) opaqueLocked(self types.UID) (types.UID, bool) {
+// opaqueOther returns an opaque record (one of opaque) other than self's, the same one every
+// time; h.mu held.
+func opaqueOther(opaque map[types.UID]bool, self types.UID) (types.UID, bool) {
 	var first types.UID
-	for uid := range h.opaque {
+	for uid := range opaque {
 		if uid != self && (first == "" || uid < first) {
 			first = uid
 		}
@@ -326,20 +327,27 @@ func (h *holdings) opaqueLocked(self types.UID) (types.UID, bool) {
 	return first, first != ""
 }
 
-// notOwnedRefusal refuses to prepare rec if its own record is not this plugin's, or if an opaque
-// record may hold any of its devices (foreign.go). Called with the node lock held.
-func (h *holdings) notOwnedRefusal(rec *checkpoint.Claim) error {
+// current is the record of rec's claim as the index has it (get), found or not, unless this
+// plugin may not prepare the claim: its record is not this plugin's, or an opaque record may
+// hold any of its devices (foreign.go). Called with the node lock held.
+func (h *holdings) current(rec *checkpoint.Claim) (checkpoint.Claim, bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.claims[types.UID(rec.UID)]; c != nil && c.Foreign != nil {
-		return notOwned(c, "prepare")
+	c := h.claims[types.UID(rec.UID)]
+	if c != nil && c.Foreign != nil {
+		return checkpoint.Claim{}, false, notOwned(c, "prepare")
 	}
-	if uid, ok := h.opaqueLocked(types.UID(rec.UID)); ok {
-		c := h.claims[uid]
-		return fmt.Errorf("claim %s/%s: the checkpoint holds the record of claim %s, which this plugin cannot read (apiVersion %s, kind %s: %s), so any device on the node may be that claim's; no claim is prepared here while the record exists",
-			rec.Namespace, rec.Name, uid, c.Foreign.APIVersion, c.Foreign.Kind, c.Foreign.Reason)
+	if uid, ok := opaqueOther(h.opaque, types.UID(rec.UID)); ok {
+		o := h.claims[uid]
+		return checkpoint.Claim{}, false, fmt.Errorf("claim %s/%s: the checkpoint holds the record of claim %s, which this plugin cannot read (apiVersion %s, kind %s: %s), so any device on the node may be that claim's; no claim is prepared here while the record exists",
+			rec.Namespace, rec.Name, uid, o.Foreign.APIVersion, o.Foreign.Kind, o.Foreign.Reason)
 	}
-	return nil
+	if c == nil {
+		return checkpoint.Claim{}, false, nil
+	}
+	cp := *c
+	cp.Devices = stdslices.Clone(c.Devices)
+	return cp, true, nil
 }
 
 // abandoned reports whether c is a PrepareStarted record nobody is working on any more: its
@@ -363,6 +371,14 @@ func (h *holdings) preparing(_ *checkpoint.Locked, uid types.UID, on bool) {
 	} else {
 		delete(h.inflight, uid)
 	}
+}
+
+// resume is this instance coming back, under the node lock, to the two-phase preparation of
+// uid it left (preparing): it is no longer in flight, and the claim's record is returned as
+// the index has it, if there is one.
+func (h *holdings) resume(l *checkpoint.Locked, uid string) (checkpoint.Claim, bool) {
+	h.preparing(l, types.UID(uid), false)
+	return h.get(uid)
 }
 
 // put writes c's record and indexes it.

@@ -174,10 +174,10 @@ func (p *preparer) undo(ctx context.Context, l *checkpoint.Locked, rec *checkpoi
 // the other instance of a rolling update).
 func (p *preparer) reserve(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, st *checkpoint.Staged) (*checkpoint.Claim, error) {
 	ref := klog.KRef(rec.Namespace, rec.Name).String()
-	if err := p.held.notOwnedRefusal(rec); err != nil {
+	cur, found, err := p.held.current(rec)
+	if err != nil {
 		return nil, err
 	}
-	cur, found := p.held.get(rec.UID)
 	if found {
 		switch {
 		case cur.State == checkpoint.StatePrepareCompleted:
@@ -369,8 +369,7 @@ func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
 		return err
 	}
 	return p.held.withLock(cleanup, func(l *checkpoint.Locked) error {
-		p.held.preparing(l, types.UID(rec.UID), false)
-		cur, found := p.held.get(rec.UID)
+		cur, found := p.held.resume(l, rec.UID)
 		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != p.n.instance {
 			// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
 			p.mig.destroyCreated(cleanup, rec, created)
@@ -401,8 +400,7 @@ func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
 // instances it made are destroyed and its record goes, unless the record is no longer its own.
 func (p *preparer) abortMIG(ctx context.Context, rec *checkpoint.Claim, created []int) {
 	err := p.held.withLock(ctx, func(l *checkpoint.Locked) error {
-		p.held.preparing(l, types.UID(rec.UID), false)
-		cur, found := p.held.get(rec.UID)
+		cur, found := p.held.resume(l, rec.UID)
 		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != p.n.instance {
 			p.mig.destroyCreated(ctx, rec, created)
 			return nil
