@@ -64,7 +64,10 @@ func newSliceStripper(drivers []string, opts template.BuildOptions) *sliceStripp
 // which the informer decoded for it alone.
 func (s *sliceStripper) transform(obj any) (any, error) {
 	sl, ok := obj.(*resourceapi.ResourceSlice)
-	if !ok {
+	if !ok || compacted(sl) {
+		// An informer may hand the transform an object it already transformed (client-go's
+		// FIFO transforms on Replace as well as on the deltas it queued); compacting a compacted
+		// slice would leave a shape without devices.
 		return obj, nil
 	}
 	return s.compact(sl)

@@ -125,7 +125,16 @@ func TestExpandSliceRoundTrip(t *testing.T) {
 				if c.Spec.Devices != nil || c.Spec.SharedCounters != nil {
 					t.Fatalf("compacted slice %s keeps its devices", c.Name)
 				}
-				e, err := s.expandSlice(c)
+				// The informer may transform an object it already transformed (client-go's FIFO
+				// on Replace): that must leave it as it is.
+				obj, err := s.transform(c.DeepCopy())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if again := obj.(*resourceapi.ResourceSlice); !equality.Semantic.DeepEqual(again, c) {
+					t.Fatalf("slice %s transformed twice differs from transformed once: annotations %v, want %v", c.Name, again.Annotations, c.Annotations)
+				}
+				e, err := s.expandSlice(obj.(*resourceapi.ResourceSlice))
 				if err != nil {
 					t.Fatal(err)
 				}
