@@ -170,6 +170,11 @@ func benchmarkPublisher(b *testing.B, shape string) {
 		}
 	}
 	initial := time.Since(start)
+	// The templates hold the nodes' devices: a publisher that annotated empty templates would
+	// be fast and small for nothing.
+	if err := checkTemplates(ctx, cl, devices, groups); err != nil {
+		b.Fatal(err)
+	}
 	pub.settle(ctx, b, 3*time.Second)
 	b.Logf("all %d groups annotated %s after the publisher started (%v writes, peak RSS %.0f MiB so far)", groups, initial.Round(time.Millisecond), pub.writes(b), peakRSSMiB(b, pub.Proc.Pid()))
 
@@ -326,6 +331,37 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	idx := (len(s)*p + 99) / 100
 	return s[min(max(idx-1, 0), len(s)-1)]
+}
+
+// checkTemplates checks that the first, middle and last group's template has as many devices
+// of the served driver as one of its nodes publishes.
+func checkTemplates(ctx context.Context, cl client.Client, shape *benchShape, groups int) error {
+	want := 0
+	for _, sl := range shape.slices(0, 0, 0, "570.124.6") {
+		if sl.Spec.Driver == framework.GPUDriver {
+			want += len(sl.Spec.Devices)
+		}
+	}
+	for _, g := range []int{0, groups / 2, groups - 1} {
+		md := &clusterv1.MachineDeployment{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: framework.CAPINamespace, Name: groupNameOf(g)}, md); err != nil {
+			return err
+		}
+		tmpl, err := template.Decode(md.Annotations)
+		if err != nil {
+			return fmt.Errorf("group %s: %w", groupNameOf(g), err)
+		}
+		got := 0
+		for _, d := range tmpl.Drivers {
+			if d.Name == framework.GPUDriver {
+				got += len(d.Devices)
+			}
+		}
+		if got != want {
+			return fmt.Errorf("group %s: the template has %d devices of %s, its nodes publish %d", groupNameOf(g), got, framework.GPUDriver, want)
+		}
+	}
+	return nil
 }
 
 func groupNameOf(g int) string    { return fmt.Sprintf("bench-%03d", g) }
