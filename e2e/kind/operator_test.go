@@ -51,8 +51,9 @@ func (e *env) testDriverUpgradePause(ctx context.Context, t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the GPU plugin stayed on the node after %s=paused-for-driver-upgrade: %v", draDriverDeployLabel, err)
 	}
-	// No plugin process is left on the node to hold the driver.
-	if out := strings.TrimSpace(e.exec(ctx, "sh", "-c", "pgrep -f 'accel-dra-kubelet-plugin.*--driver-name=gpu.accel-dra.io' ; true")); out != "" {
+	// No plugin process is left on the node to hold the driver (the brackets keep the pattern
+	// from matching the shell that runs pgrep).
+	if out := strings.TrimSpace(e.exec(ctx, "sh", "-c", "pgrep -f '[a]ccel-dra-kubelet-plugin.*--driver-name=gpu[.]accel-dra[.]io' ; true")); out != "" {
 		t.Errorf("plugin processes %q still run on the node while the driver is to be unloaded", out)
 	}
 

@@ -48,8 +48,11 @@ var driverBinaries = []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persiste
 
 // GeneratedDriverRoot is where a plugin on the mock that installs its own driver
 // (--mock-driver-root=generate) has the mock write it: a driver root, like the GPU operator's
-// driver container's, with the device nodes in its dev/ (WithDevNodes).
-func GeneratedDriverRoot(mockDir string) string { return filepath.Join(mockDir, "nvidia-driver-root") }
+// driver container's, with the device nodes in its dev/ (WithDevNodes). The name is not that
+// of the root which plugins before the device-node layout generated (nvidia-driver-root):
+// some of those remove their root whole at start, and during a rolling update or a rollback
+// between the two both run, each preparing claims whose CDI specs mount files of its own root.
+func GeneratedDriverRoot(mockDir string) string { return filepath.Join(mockDir, "nvidia-driver-root-2") }
 
 // DriverRootOption changes what WriteDriverRoot writes.
 type DriverRootOption func(*driverRootOptions)
