@@ -113,6 +113,9 @@ spec:
 		_ = e.client.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, "hopper-shared", metav1.DeleteOptions{})
 	})
 
+	t.Run("Conformance", func(t *testing.T) { conformance(ctx, t, e.conformanceTarget(), nvidiaDriver, "gpu.nvidia.com") })
+	t.Run("NVIDIAQuickstart", func(t *testing.T) { e.testNVIDIAQuickstart(ctx, t) })
+
 	t.Run("ExtendedResource", func(t *testing.T) {
 		apply(ctx, t, e, fmt.Sprintf(`
 apiVersion: v1

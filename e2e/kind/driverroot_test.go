@@ -282,6 +282,11 @@ func (e *env) testLateDriverRoot(ctx context.Context, t *testing.T) {
 	rootA, rootB := e2eRoots+"/driver-a", e2eRoots+"/driver-b"
 	e.installDriverRoot(ctx, t, rootA, "", versionA, nil)
 	e.installDriverRoot(ctx, t, rootB, "", versionB, nil)
+	// Each driver container makes the GPUs' device nodes under its own root, as the GPU
+	// operator's does (testDeviceLayouts); the node's /dev has none.
+	nodes := mockDevNodes(t, e.node)
+	e.mknod(ctx, t, rootA+"/dev", nodes)
+	e.mknod(ctx, t, rootB+"/dev", nodes)
 	unmount := "if mountpoint -q " + operatorRoot + "; then umount " + operatorRoot + "; fi"
 	e.exec(ctx, "sh", "-c", unmount+"; rmdir "+operatorRoot+" 2>/dev/null; true")
 	t.Cleanup(func() {
@@ -341,6 +346,7 @@ func (e *env) testLateDriverRoot(ctx context.Context, t *testing.T) {
 	e.runPod(ctx, t, "driver-a", gpuClass, 1, driverRootScript)
 	t.Cleanup(func() { _ = e.stopWorkload(context.Background(), "driver-a") })
 	e.checkDriverFiles(ctx, t, "driver-a", rootA, versionA)
+	e.checkSpecHostPath(ctx, t, e.allocated(ctx, t, "driver-a")[0], operatorRoot+"/dev/")
 	before, err := e.client.CoreV1().Pods(ns).Get(ctx, "driver-a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,10 @@ func TestKind(t *testing.T) {
 	t.Run("GPUPod", func(t *testing.T) { e.testGPUPod(ctx, t) })
 	t.Run("DriverUpgradePause", func(t *testing.T) { e.testDriverUpgradePause(ctx, t) })
 	t.Run("NPUPod", func(t *testing.T) { e.testNPUPod(ctx, t) })
+	t.Run("Conformance", func(t *testing.T) {
+		t.Run("gpu", func(t *testing.T) { conformance(ctx, t, e.conformanceTarget(), gpuClass, gpuClass) })
+		t.Run("npu", func(t *testing.T) { conformance(ctx, t, e.conformanceTarget(), npuClass, npuClass) })
+	})
 	t.Run("RollingUpgrade", func(t *testing.T) { e.testRollingUpgrade(ctx, t) })
 	t.Run("UninstallRefused", func(t *testing.T) { e.testUninstallRefused(ctx, t) })
 	t.Run("Uninstall", func(t *testing.T) { e.testUninstall(ctx, t) })

@@ -33,16 +33,7 @@ func (e *env) testDeviceLayouts(ctx context.Context, t *testing.T) {
 	if out := strings.TrimSpace(e.exec(ctx, "sh", "-c", "ls /dev | grep -E '^nvidia' ; true")); out != "" {
 		t.Skipf("node %s has NVIDIA device nodes in /dev (%s): the layouts need a node without GPUs", e.node, strings.Join(strings.Fields(out), " "))
 	}
-	s, err := nvmlmock.NewServer(backend.DefaultMockProfile, e.node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []nvmlmock.DevNode
-	for _, n := range s.DevNodes() {
-		if !strings.HasPrefix(n.Name, "dri/") {
-			nodes = append(nodes, n)
-		}
-	}
+	nodes := mockDevNodes(t, e.node)
 	const version = "580.82.07"
 
 	t.Run("Operator", func(t *testing.T) {
@@ -90,6 +81,23 @@ func (e *env) testDeviceLayouts(ctx context.Context, t *testing.T) {
 			}
 		}
 	})
+}
+
+// mockDevNodes are the device nodes the default GPU mock profile's driver install makes
+// (without the DRM nodes, which are the kernel's).
+func mockDevNodes(t *testing.T, node string) []nvmlmock.DevNode {
+	t.Helper()
+	s, err := nvmlmock.NewServer(backend.DefaultMockProfile, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []nvmlmock.DevNode
+	for _, n := range s.DevNodes() {
+		if !strings.HasPrefix(n.Name, "dri/") {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
 }
 
 // mknod makes nodes under dir on the node, as nvidia-modprobe does (mode 0666, the driver's
