@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -152,6 +153,11 @@ func Run(ctx context.Context, o *Options) error {
 	defer stopEvents()
 	if inv.Kind == device.KindGPU {
 		checkRuntimeExposure(ctx, o.hostRoot(), events)
+	}
+	if node, err := kube.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err == nil {
+		checkRuntimeCDI(ctx, o.hostRoot(), node.Status.NodeInfo.ContainerRuntimeVersion, events)
+	} else {
+		logger.Error(err, "Cannot read the Node's container runtime version; not checking whether it injects CDI devices")
 	}
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)

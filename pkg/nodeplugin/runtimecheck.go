@@ -51,42 +51,16 @@ var criPlugins = []string{"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri
 // through NVIDIA's runtime, "" if they cannot; checked is false where no containerd
 // configuration is there to read.
 func runtimeExposure(root string) (why string, checked bool, err error) {
+	cfgs, err := containerdConfigFiles(root)
+	if err != nil || len(cfgs) == 0 {
+		return "", len(cfgs) > 0, err
+	}
+	checked = true
 	var runtime, source string
-	for _, top := range containerdConfigs {
-		files := []string{top}
-		tree, err := loadTOML(root, top)
-		if err != nil {
-			return "", checked, err
-		}
-		if tree == nil {
-			continue
-		}
-		checked = true
-		// Imported files are merged over the top-level one, in order (containerd's imports).
-		if imports, ok := tree.Get("imports").([]any); ok {
-			for _, imp := range imports {
-				pattern, _ := imp.(string)
-				if !path.IsAbs(pattern) {
-					pattern = path.Join(path.Dir("/"+top), pattern)
-				}
-				matches, _ := filepath.Glob(filepath.Join(root, pattern))
-				for _, m := range matches {
-					rel, _ := filepath.Rel(root, m)
-					files = append(files, filepath.ToSlash(rel))
-				}
-			}
-		}
-		for _, f := range files {
-			t := tree
-			if f != top {
-				if t, err = loadTOML(root, f); err != nil || t == nil {
-					return "", checked, err
-				}
-			}
-			for _, p := range criPlugins {
-				if name, ok := t.GetPath([]string{"plugins", p, "containerd", "default_runtime_name"}).(string); ok {
-					runtime, source = name, "/"+f
-				}
+	for _, c := range cfgs {
+		for _, p := range criPlugins {
+			if name, ok := c.tree.GetPath([]string{"plugins", p, "containerd", "default_runtime_name"}).(string); ok {
+				runtime, source = name, c.path
 			}
 		}
 	}
@@ -117,6 +91,48 @@ func runtimeExposure(root string) (why string, checked bool, err error) {
 		"so any container whose image sets NVIDIA_VISIBLE_DEVICES=all gets every GPU of the node, GPUs that DRA gave to other claims included: "+
 		"set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the toolkit's configuration (the GPU operator: toolkit.env ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false), "+
 		"or make runc the default runtime and nvidia a RuntimeClass (docs/install.md)", runtime, source, toolkit), checked, nil
+}
+
+// containerdConfig is one file of containerd's configuration.
+type containerdConfig struct {
+	path string // as the host sees it
+	tree *nvtoml.Tree
+}
+
+// containerdConfigFiles returns containerd's configuration under root in the order containerd
+// merges it: each top-level file (containerdConfigs) that exists, followed by the files its
+// imports name (containerd merges imports over the file that imports them, in order).
+func containerdConfigFiles(root string) ([]containerdConfig, error) {
+	var out []containerdConfig
+	for _, top := range containerdConfigs {
+		tree, err := loadTOML(root, top)
+		if err != nil {
+			return nil, err
+		}
+		if tree == nil {
+			continue
+		}
+		out = append(out, containerdConfig{path: "/" + top, tree: tree})
+		imports, _ := tree.Get("imports").([]any)
+		for _, imp := range imports {
+			pattern, _ := imp.(string)
+			if !path.IsAbs(pattern) {
+				pattern = path.Join(path.Dir("/"+top), pattern)
+			}
+			matches, _ := filepath.Glob(filepath.Join(root, pattern))
+			for _, m := range matches {
+				rel, _ := filepath.Rel(root, m)
+				t, err := loadTOML(root, filepath.ToSlash(rel))
+				if err != nil {
+					return nil, err
+				}
+				if t != nil {
+					out = append(out, containerdConfig{path: "/" + filepath.ToSlash(rel), tree: t})
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // loadTOML loads root/rel with the toolkit's TOML loader; nil where the file does not exist.
@@ -150,6 +166,63 @@ func checkRuntimeExposure(ctx context.Context, root string, events driver.EventS
 		logger.Info("Warning: "+why, "reason", ReasonNVIDIARuntimeExposesGPUs)
 		if events != nil {
 			events.Warning(ReasonNVIDIARuntimeExposesGPUs, why)
+		}
+	}
+}
+
+// ReasonRuntimeIgnoresCDI is the Warning on the Node when its containerd drops CDI devices.
+const ReasonRuntimeIgnoresCDI = "RuntimeIgnoresCDI"
+
+// runtimeIgnoresCDI says why the node's runtime drops the CDI devices the kubelet asks for,
+// without an error: containerd 1.x injects them only with enable_cdi = true in its CRI
+// plugin's section, and otherwise starts the container without them (no GPU, no driver files);
+// containerd 2.x has CDI on by default. runtimeVersion is the Node's
+// status.nodeInfo.containerRuntimeVersion. verified is false where the configuration under
+// root (the host's /; "" when not visible) could not be read: then why says what to check.
+func runtimeIgnoresCDI(root, runtimeVersion string) (why string, verified bool, err error) {
+	v, ok := strings.CutPrefix(runtimeVersion, "containerd://")
+	if !ok || !strings.HasPrefix(v, "1.") {
+		return "", true, nil
+	}
+	var cfgs []containerdConfig
+	if root != "" {
+		if cfgs, err = containerdConfigFiles(root); err != nil {
+			return "", false, err
+		}
+	}
+	if len(cfgs) == 0 {
+		return fmt.Sprintf("the node runs containerd %s, which starts containers without their CDI devices, and without an error, unless its configuration says enable_cdi = true; the plugin cannot see that configuration: check it on the node (containerd config dump | grep -E 'enable_cdi|cdi_spec_dirs')", v), false, nil
+	}
+	enabled, source := false, cfgs[0].path
+	for _, c := range cfgs {
+		for _, p := range criPlugins[:2] {
+			if e, ok := c.tree.GetPath([]string{"plugins", p, "enable_cdi"}).(bool); ok {
+				enabled, source = e, c.path
+			}
+		}
+	}
+	if enabled {
+		return "", true, nil
+	}
+	return fmt.Sprintf("the node runs containerd %s without enable_cdi = true (%s): it starts the containers of every claim without their devices and the driver's files, and without an error. "+
+		`Set enable_cdi = true and cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"] in its [plugins."io.containerd.grpc.v1.cri"] section and restart containerd (docs/cdi.md)`, v, source), true, nil
+}
+
+// checkRuntimeCDI warns on the Node where runtimeIgnoresCDI finds the runtime dropping CDI
+// devices, and logs what it could not verify. It never stops the plugin.
+func checkRuntimeCDI(ctx context.Context, root, runtimeVersion string, events driver.EventSink) {
+	logger := klog.FromContext(ctx)
+	why, verified, err := runtimeIgnoresCDI(root, runtimeVersion)
+	switch {
+	case err != nil:
+		logger.Error(err, "Cannot check whether the container runtime injects CDI devices", "runtime", runtimeVersion)
+	case why == "":
+	case !verified:
+		logger.Info("Warning: "+why, "runtime", runtimeVersion)
+	default:
+		logger.Info("Warning: "+why, "reason", ReasonRuntimeIgnoresCDI)
+		if events != nil {
+			events.Warning(ReasonRuntimeIgnoresCDI, why)
 		}
 	}
 }

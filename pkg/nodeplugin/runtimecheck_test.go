@@ -131,3 +131,69 @@ func TestHostRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeIgnoresCDI: containerd 1.7 without enable_cdi starts containers without their CDI
+// devices and says nothing; the plugin says it at start, where it can read the configuration,
+// and logs what to check where it cannot.
+func TestRuntimeIgnoresCDI(t *testing.T) {
+	const (
+		v2CDI   = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n  cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]\n"
+		v2NoCDI = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.10\"\n"
+		v2Off   = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = false\n"
+	)
+	tests := map[string]struct {
+		runtime      string
+		files        map[string]string
+		noRoot       bool
+		want         []string // substrings of the warning; none: no warning
+		wantVerified bool
+	}{
+		"containerd 2.x":              {runtime: "containerd://2.1.4", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true},
+		"cri-o":                       {runtime: "cri-o://1.34.0", wantVerified: true},
+		"containerd 1.7 with CDI":     {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI}, wantVerified: true},
+		"containerd 1.7 without":      {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd 1.7.28", "/etc/containerd/config.toml", "enable_cdi = true"}},
+		"containerd 1.7 turned off":   {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI, "etc/containerd/conf.d/x.toml": v2Off}, wantVerified: true},
+		"containerd 1.7, k3s":         {runtime: "containerd://1.7.27-k3s1", files: map[string]string{"var/lib/rancher/k3s/agent/etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml"}},
+		"containerd 1.7, not visible": {runtime: "containerd://1.7.28", noRoot: true, want: []string{"cannot see", "containerd config dump"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			if name == "containerd 1.7 turned off" {
+				// The drop-in is imported after the top-level file and turns CDI off again.
+				tc.files["etc/containerd/config.toml"] = "imports = [\"/etc/containerd/conf.d/*.toml\"]\n" + tc.files["etc/containerd/config.toml"]
+				tc.want, tc.wantVerified = []string{"/etc/containerd/conf.d/x.toml"}, true
+			}
+			for p, content := range tc.files {
+				full := filepath.Join(root, p)
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.noRoot {
+				root = ""
+			}
+			why, verified, err := runtimeIgnoresCDI(root, tc.runtime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (why != "") != (len(tc.want) > 0) || verified != tc.wantVerified {
+				t.Fatalf("warning %q, verified %v; want a warning: %v, verified %v", why, verified, len(tc.want) > 0, tc.wantVerified)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(why, w) {
+					t.Errorf("warning %q does not say %q", why, w)
+				}
+			}
+			var got recordedWarnings
+			_, ctx := ktesting.NewTestContext(t)
+			checkRuntimeCDI(ctx, root, tc.runtime, &got)
+			if wantEvent := why != "" && verified; (len(got) == 1) != wantEvent || len(got) > 1 {
+				t.Errorf("events %q, want one: %v", got, wantEvent)
+			}
+		})
+	}
+}
