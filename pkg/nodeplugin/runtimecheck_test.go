@@ -73,15 +73,7 @@ func TestRuntimeExposure(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
-			for p, content := range tc.files {
-				full := filepath.Join(root, p)
-				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeTree(t, root, tc.files)
 			why, checked, err := runtimeExposure(root)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -164,15 +156,7 @@ func TestRuntimeIgnoresCDI(t *testing.T) {
 				tc.files["etc/containerd/config.toml"] = "imports = [\"/etc/containerd/conf.d/*.toml\"]\n" + tc.files["etc/containerd/config.toml"]
 				tc.want, tc.wantVerified = []string{"/etc/containerd/conf.d/x.toml"}, true
 			}
-			for p, content := range tc.files {
-				full := filepath.Join(root, p)
-				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeTree(t, root, tc.files)
 			if tc.noRoot {
 				root = ""
 			}
@@ -195,5 +179,19 @@ func TestRuntimeIgnoresCDI(t *testing.T) {
 				t.Errorf("events %q, want one: %v", got, wantEvent)
 			}
 		})
+	}
+}
+
+// writeTree writes files, by path under root, as a host's configuration.
+func writeTree(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
