@@ -154,11 +154,21 @@ func Run(ctx context.Context, o *Options) error {
 	if inv.Kind == device.KindGPU {
 		checkRuntimeExposure(ctx, o.hostRoot(), events)
 	}
-	if node, err := kube.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err == nil {
-		checkRuntimeCDI(ctx, o.hostRoot(), node.Status.NodeInfo.ContainerRuntimeVersion, events)
-	} else {
-		logger.Error(err, "Cannot read the Node's container runtime version; not checking whether it injects CDI devices")
-	}
+	// Beside the start-up, not in it: a slow API server must not hold the plugin back (the
+	// start-up waits for it only where /healthz says so), and the check only warns. It ends
+	// before the events sink stops.
+	runtimeChecked := make(chan struct{})
+	defer func() { <-runtimeChecked }()
+	go func() {
+		defer close(runtimeChecked)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if node, err := kube.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err == nil {
+			checkRuntimeCDI(ctx, o.hostRoot(), node.Status.NodeInfo.ContainerRuntimeVersion, events)
+		} else {
+			logger.Error(err, "Cannot read the Node's container runtime version; not checking whether it injects CDI devices")
+		}
+	}()
 
 	mps, err := mpsControl(o, src, inv.Kind, kube)
 	if err != nil {
