@@ -44,8 +44,8 @@ const (
 	// parentClass is a class of the kind a tool that manages a GPU in MIG mode, or keeps it
 	// free of partitions, brings: the chart has none, and its GPU class never selects one.
 	parentClass = "mig-parent.gpu.accel-dra.io"
-	ns       = "default"
-	podWait  = 3 * time.Minute
+	ns          = "default"
+	podWait     = 3 * time.Minute
 )
 
 type env struct {

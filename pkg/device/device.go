@@ -96,9 +96,9 @@ type Device struct {
 	// FormerUUIDs are UUIDs an earlier release of this backend published for the device behind
 	// the same nodes (the Ascend backend's UUIDs before it mapped /dev/davinciN to its chip), so
 	// that a claim it prepared is recognised as this device's, not refused as another's.
-	FormerUUIDs []string `json:"formerUUIDs,omitempty"`
-	ProductName  string `json:"productName"`
-	Architecture string `json:"architecture,omitempty"`
+	FormerUUIDs  []string `json:"formerUUIDs,omitempty"`
+	ProductName  string   `json:"productName"`
+	Architecture string   `json:"architecture,omitempty"`
 	// DriverVersion as the driver reports it, e.g. "570.124.06"; it is published as a version
 	// value only if it can be made semver, otherwise the device is left out with a warning.
 	DriverVersion string `json:"driverVersion,omitempty"`

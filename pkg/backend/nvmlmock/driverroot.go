@@ -52,7 +52,9 @@ var driverBinaries = []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persiste
 // of the root which plugins before the device-node layout generated (nvidia-driver-root):
 // some of those remove their root whole at start, and during a rolling update or a rollback
 // between the two both run, each preparing claims whose CDI specs mount files of its own root.
-func GeneratedDriverRoot(mockDir string) string { return filepath.Join(mockDir, "nvidia-driver-root-2") }
+func GeneratedDriverRoot(mockDir string) string {
+	return filepath.Join(mockDir, "nvidia-driver-root-2")
+}
 
 // DriverRootOption changes what WriteDriverRoot writes.
 type DriverRootOption func(*driverRootOptions)
