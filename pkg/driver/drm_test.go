@@ -13,9 +13,10 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
-// containerNodes resolves ids against the CDI directory as a runtime does when it creates a
-// container, and returns the device nodes the container gets.
-func (e *env) containerNodes(t *testing.T, ids []string) []string {
+// injectedDevices resolves ids against the CDI directory as a runtime does when it creates a
+// container, and returns the devices the container gets; when says which container, for the
+// failure's message.
+func (e *env) injectedDevices(t *testing.T, when string, ids []string) []oci.LinuxDevice {
 	t.Helper()
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.cdiDir()), cdiapi.WithAutoRefresh(false))
 	if err != nil {
@@ -23,10 +24,16 @@ func (e *env) containerNodes(t *testing.T, ids []string) []string {
 	}
 	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
 	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
-		t.Fatalf("a container of the claim cannot start: InjectDevices(%v): %v (unresolved %v)", ids, err, unresolved)
+		t.Fatalf("%s: a container of the claim cannot start: InjectDevices(%v): %v (unresolved %v)", when, ids, err, unresolved)
 	}
+	return spec.Linux.Devices
+}
+
+// containerNodes are the paths of the device nodes injectedDevices gives a container, sorted.
+func (e *env) containerNodes(t *testing.T, ids []string) []string {
+	t.Helper()
 	var paths []string
-	for _, d := range spec.Linux.Devices {
+	for _, d := range e.injectedDevices(t, "container", ids) {
 		paths = append(paths, d.Path)
 	}
 	slices.Sort(paths)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
-	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
@@ -57,16 +56,8 @@ func TestMIGCapsNodesInSpec(t *testing.T) {
 
 			check := func(when string, ids []string) {
 				t.Helper()
-				cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.cdiDir()), cdiapi.WithAutoRefresh(false))
-				if err != nil {
-					t.Fatal(err)
-				}
-				spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
-				if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
-					t.Fatalf("%s: InjectDevices(%v): %v (unresolved %v)", when, ids, err, unresolved)
-				}
 				var got []oci.LinuxDevice
-				for _, d := range spec.Linux.Devices {
+				for _, d := range e.injectedDevices(t, when, ids) {
 					if strings.HasPrefix(d.Path, "/dev/nvidia-caps/") {
 						got = append(got, d)
 					}
