@@ -30,7 +30,7 @@ var controlNodes = []struct {
 	modules []string
 	minor   int64
 }{
-	{name: "nvidiactl", modules: []string{"nvidia", "nvidia-frontend"}, minor: 255},
+	{name: "nvidiactl", modules: gpuModules, minor: 255},
 	{name: "nvidia-uvm", modules: []string{"nvidia-uvm"}, minor: 0},
 	{name: "nvidia-uvm-tools", modules: []string{"nvidia-uvm"}, minor: 1},
 	{name: "nvidia-modeset", optional: true},
@@ -74,15 +74,9 @@ func (r *controlResolver) resolve() ([]device.Node, error) {
 		if majors == nil {
 			majors = r.majors()
 		}
-		found := false
-		for _, m := range c.modules {
-			if major, ok := majors[m]; ok {
-				out = append(out, device.Node{Path: n.Path, Type: "c", Major: major, Minor: c.minor})
-				found = true
-				break
-			}
-		}
-		if !found && !c.optional {
+		if major, ok := majorOf(majors, c.modules); ok {
+			out = append(out, device.Node{Path: n.Path, Type: "c", Major: major, Minor: c.minor})
+		} else if !c.optional {
 			missing = append(missing, n.Path)
 		}
 	}

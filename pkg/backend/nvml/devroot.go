@@ -115,10 +115,18 @@ func (f *nodeFinder) gpuNode(minor int) (device.Node, bool, error) {
 	if merr != nil {
 		return n, false, fmt.Errorf("%w; and no major for it: /proc/devices: %w", err, merr)
 	}
-	for _, m := range gpuModules {
-		if major, ok := majors[m]; ok {
-			return device.Node{Path: n.Path, Type: "c", Major: major, Minor: int64(minor)}, true, nil
-		}
+	if major, ok := majorOf(majors, gpuModules); ok {
+		return device.Node{Path: n.Path, Type: "c", Major: major, Minor: int64(minor)}, true, nil
 	}
 	return n, false, fmt.Errorf("%w; and /proc/devices lists no %v driver", err, gpuModules)
+}
+
+// majorOf returns the major majors lists for the first of modules that it lists.
+func majorOf(majors map[string]int64, modules []string) (int64, bool) {
+	for _, m := range modules {
+		if major, ok := majors[m]; ok {
+			return major, true
+		}
+	}
+	return 0, false
 }
