@@ -56,14 +56,8 @@ func runtimeExposure(root string) (why string, checked bool, err error) {
 		return "", len(cfgs) > 0, err
 	}
 	checked = true
-	var runtime, source string
-	for _, c := range cfgs {
-		for _, p := range criPlugins {
-			if name, ok := c.tree.GetPath([]string{"plugins", p, "containerd", "default_runtime_name"}).(string); ok {
-				runtime, source = name, c.path
-			}
-		}
-	}
+	value, source := setting(cfgs, criPlugins, "containerd", "default_runtime_name")
+	runtime, _ := value.(string)
 	if !strings.HasPrefix(runtime, "nvidia") {
 		return "", checked, nil
 	}
@@ -97,6 +91,20 @@ func runtimeExposure(root string) (why string, checked bool, err error) {
 type containerdConfig struct {
 	path string // as the host sees it
 	tree *nvtoml.Tree
+}
+
+// setting returns the value that the last of cfgs to set plugins.<plugin>.<key...>, for any of
+// plugins, gives it (containerd merges later files over earlier ones), and that file's path;
+// nil and "" where none sets it.
+func setting(cfgs []containerdConfig, plugins []string, key ...string) (value any, source string) {
+	for _, c := range cfgs {
+		for _, p := range plugins {
+			if v := c.tree.GetPath(append([]string{"plugins", p}, key...)); v != nil {
+				value, source = v, c.path
+			}
+		}
+	}
+	return value, source
 }
 
 // containerdConfigFiles returns containerd's configuration under root in the order containerd
@@ -193,15 +201,12 @@ func runtimeIgnoresCDI(root, runtimeVersion string) (why string, verified bool, 
 	if len(cfgs) == 0 {
 		return fmt.Sprintf("the node runs containerd %s, which starts containers without their CDI devices, and without an error, unless its configuration says enable_cdi = true; the plugin cannot see that configuration: check it on the node (containerd config dump | grep -E 'enable_cdi|cdi_spec_dirs')", v), false, nil
 	}
-	enabled, source := false, cfgs[0].path
-	for _, c := range cfgs {
-		for _, p := range criPlugins[:2] {
-			if e, ok := c.tree.GetPath([]string{"plugins", p, "enable_cdi"}).(bool); ok {
-				enabled, source = e, c.path
-			}
-		}
+	// containerd 1.x's CRI plugin: config version 1 and 2 names.
+	value, source := setting(cfgs, criPlugins[:2], "enable_cdi")
+	if source == "" {
+		source = cfgs[0].path
 	}
-	if enabled {
+	if enabled, _ := value.(bool); enabled {
 		return "", true, nil
 	}
 	return fmt.Sprintf("the node runs containerd %s without enable_cdi = true (%s): it starts the containers of every claim without their devices and the driver's files, and without an error. "+
