@@ -61,7 +61,7 @@ type conformanceTarget struct {
 // TestConformance runs conformance against the cluster of $KUBECONFIG, for -driver-name.
 func TestConformance(t *testing.T) {
 	if *conformanceDriver == "" {
-		t.Skip("no -driver-name")
+		t.Skip("no -driver-name: TestConformance checks a cluster of $KUBECONFIG only when asked; the suite's own drivers are checked by TestKind/Conformance and TestNVIDIACompat/Conformance")
 	}
 	if *conformanceClass == "" || *conformanceNode == "" {
 		t.Fatal("-device-class and -node are needed with -driver-name")
@@ -166,7 +166,7 @@ func conformance(ctx context.Context, t *testing.T, tgt conformanceTarget, drive
 	step("DriverEnvironment", func(t *testing.T) {
 		// The driver's environment is what its CDI specs for the claim give the container.
 		if tgt.nodeFiles == nil {
-			t.Skip("the node's CDI specs are not readable here")
+			t.Skip("the node's CDI specs are not readable from here (TestConformance against a cluster of $KUBECONFIG); the kind runs read them with docker exec")
 		}
 		want := cdiEnv(ctx, t, tgt, string(claim.UID))
 		if len(want) == 0 {
