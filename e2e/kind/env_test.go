@@ -5,6 +5,7 @@ package kind
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -114,12 +115,14 @@ func newEnvWorkers(ctx context.Context, t *testing.T, workers int, helmArgs ...s
 	e.tools = strings.TrimSpace(e.run(ctx, "hack/kind/tools.sh"))
 	e.kubeBin = strings.TrimSpace(e.run(ctx, "hack/build-k8s.sh", "--for-kind"))
 	e.workload = strings.TrimSpace(e.run(ctx, "hack/kind/workload-image.sh"))
-	e.plugin = "accel-dra-kubelet-plugin:e2e"
+	// ACCEL_DRA_E2E_IMAGE_TAG keeps the images of two checkouts tested at once on one docker apart.
+	tag := cmp.Or(os.Getenv("ACCEL_DRA_E2E_IMAGE_TAG"), "e2e")
+	e.plugin = "accel-dra-kubelet-plugin:" + tag
 	t.Cleanup(e.cleanup)
 
 	start := time.Now()
 	e.runEnv(ctx, []string{
-		"KIND_CLUSTER_NAME=" + e.name, "KIND_WORKERS=" + strconv.Itoa(workers), "KUBECONFIG=" + e.kubeconfig, "IMAGE_TAG=e2e",
+		"KIND_CLUSTER_NAME=" + e.name, "KIND_WORKERS=" + strconv.Itoa(workers), "KUBECONFIG=" + e.kubeconfig, "IMAGE_TAG=" + tag,
 		// A network of the test's own, which it removes: kind never removes the one it makes.
 		"KIND_EXPERIMENTAL_DOCKER_NETWORK=" + e.network,
 		"HELM_EXTRA_ARGS=" + strings.Join(helmArgs, " "),
