@@ -124,6 +124,9 @@ type Device struct {
 	MIG *MIG `json:"mig,omitempty"`
 	// Consumes are the shared counters the device uses up when allocated (dynamic MIG).
 	Consumes []CounterConsumption `json:"consumes,omitempty"`
+	// Topology is the GPU's place in the node's NVLink graph and fabric (topology.go); nil for
+	// MIG devices, NPUs and GPUs without an active NVLink link.
+	Topology *Topology `json:"topology,omitempty"`
 }
 
 // CounterSet is a set of shared counters of the node's pool (one per GPU in dynamic MIG mode).

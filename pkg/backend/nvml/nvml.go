@@ -188,6 +188,7 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 	}
 	sort.Slice(inv.MIGParents, func(a, c int) bool { return inv.MIGParents[a].GPU.Number < inv.MIGParents[c].GPU.Number })
 	device.Sort(inv.Devices)
+	b.addTopology(ctx, inv)
 
 	// The control nodes can change after enumeration (nvidia-uvm is loaded on first use), so
 	// the inventory also carries how to look them up again; each CDI spec does.

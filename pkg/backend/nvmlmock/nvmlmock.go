@@ -99,6 +99,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 		d := s.newDevice(i, minor, g, stableid.UUID("GPU", nodeName, uuidProfile, strconv.Itoa(board)))
 		s.setMIGFuncs(d, i)
 		s.setComputeModeFuncs(d)
+		s.setNVLinkFuncs(d, i)
 		if p.lost[minor] {
 			loseDevice(d)
 		}

@@ -50,7 +50,7 @@ func enumerate(t *testing.T, profile, node string, opts ...Option) *device.Inven
 
 func TestProfiles(t *testing.T) {
 	got := Profiles()
-	want := []string{"a100-8x", "a100-8x-mig", "broken-driver-version", "gh200-1x", "h100-8x-2numa", "h100-8x-2numa-drm", "h100-8x-2numa-reordered", "h100-8x-2numa-swapped", "h100-8x-mig", "h100-8x-one-broken", "mig-mixed", "mig-mixed-drm", "mixed-small"}
+	want := []string{"a100-8x", "a100-8x-mig", "a100-8x-nvswitch", "a100-pcie-4x", "broken-driver-version", "gb200-4x", "gb200-4x-fabric-in-progress", "gb200-4x-rack2", "gh200-1x", "h100-8x-2numa", "h100-8x-2numa-drm", "h100-8x-2numa-reordered", "h100-8x-2numa-swapped", "h100-8x-mig", "h100-8x-nvswitch", "h100-8x-nvswitch-link-down", "h100-8x-one-broken", "h100-nvl-4x", "l40s-4x", "mig-mixed", "mig-mixed-drm", "mixed-small", "v100-8x-cube-mesh"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Profiles() mismatch (-want +got):\n%s", diff)
 	}

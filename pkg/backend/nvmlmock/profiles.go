@@ -84,6 +84,10 @@ type profile struct {
 	// handle, minor number and PCI info (the kernel driver keeps those) but fails every query
 	// that needs the GPU with ERROR_GPU_IS_LOST.
 	lost map[int]bool
+	// nvlink is the machine's NVLink wiring and fabric (nvlink.go); nil is a machine whose GPUs
+	// have no NVLink (NVML answers NOT_SUPPORTED). The DGX profiles above leave theirs out;
+	// their -nvswitch variants (nvlinkprofiles.go) have it.
+	nvlink *nvlinkGraph
 }
 
 // minor is the minor number of the GPU at NVML index i.
