@@ -110,7 +110,7 @@ func SkipNodeOperations(ops []resourceapi.SkipNodeOperation) error {
 
 // ResourceSlice checks a ResourceSlice's spec against the API server's rules for creating one:
 // the per-slice rules (driver, pool, node selection, device and counter-set counts, the 64-device
-// limit for slices whose devices have taints or consume counters, sharedCounters and devices
+// limit for slices whose devices have taints, consume counters or have list attributes, sharedCounters and devices
 // never in one slice, partitionTypeAttribute) and Device for each device. Object metadata is
 // not checked. The e2e test e2e/apivalidation compares its verdict with a real API server's.
 func ResourceSlice(spec *resourceapi.ResourceSliceSpec) error {
@@ -145,7 +145,7 @@ func ResourceSlice(spec *resourceapi.ResourceSliceSpec) error {
 		maxDevices = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 	}
 	if len(spec.Devices) > maxDevices {
-		return fmt.Errorf("%d devices, at most %d allowed (64 if a device has taints or consumes counters)", len(spec.Devices), maxDevices)
+		return fmt.Errorf("%d devices, at most %d allowed (64 if a device has taints, consumes counters or has list attributes)", len(spec.Devices), maxDevices)
 	}
 	perDevice := spec.PerDeviceNodeSelection != nil && *spec.PerDeviceNodeSelection
 	names := make(map[string]bool, len(spec.Devices))

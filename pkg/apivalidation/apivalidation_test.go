@@ -70,6 +70,16 @@ func TestResourceSlice(t *testing.T) {
 			d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "s", Counters: map[string]resourceapi.Counter{"c": {}}}}
 		}
 	}
+	// The NVLink cliques of a GPU (nvlinkCliques) are a list attribute; its island a string.
+	list := func(i int, d *resourceapi.Device) {
+		if i == 0 {
+			d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"nvlinkCliques": {StringValues: []string{"nvl4-0d28f85f71d3"}}}
+		}
+	}
+	scalar := func(i int, d *resourceapi.Device) {
+		v := "nvl8-df25f300710f"
+		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"nvlinkIsland": {StringValue: &v}}
+	}
 	sets := func(n int) []resourceapi.CounterSet {
 		out := make([]resourceapi.CounterSet, n)
 		for i := range out {
@@ -89,6 +99,9 @@ func TestResourceSlice(t *testing.T) {
 		{"64 tainted", func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(64, taint) }, ""},
 		{"65 tainted", func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, taint) }, "at most 64"},
 		{"65 consuming", func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, consume) }, "at most 64"},
+		{"64 with a list attribute", func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(64, list) }, ""},
+		{"65 with a list attribute", func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, list) }, "at most 64"},
+		{"128 with a scalar attribute", func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(128, scalar) }, ""},
 		{"counters and devices", func(s *resourceapi.ResourceSliceSpec) { s.SharedCounters = sets(1) }, "only one of sharedCounters or devices"},
 		{"8 sets", func(s *resourceapi.ResourceSliceSpec) { s.Devices, s.SharedCounters = nil, sets(8) }, ""},
 		{"9 sets", func(s *resourceapi.ResourceSliceSpec) { s.Devices, s.SharedCounters = nil, sets(9) }, "at most 8"},

@@ -160,6 +160,7 @@ func ToAPI(d *device.Device) (dev resourceapi.Device, omitted []Omitted, reason 
 		}
 		attrs[a.Name] = a.Value
 	}
+	addTopology(d, attrs)
 	dev = resourceapi.Device{
 		Name:       d.Name,
 		Attributes: attrs,

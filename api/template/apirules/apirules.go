@@ -92,10 +92,19 @@ var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 	`(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$`)
 
 // LowersSliceLimit reports whether a device uses a feature that lowers its slice's device limit
-// from ResourceSliceMaxDevices to ResourceSliceMaxDevicesWithAdvancedFeatures: taints or counter
-// consumption.
+// from ResourceSliceMaxDevices to ResourceSliceMaxDevicesWithAdvancedFeatures: taints, counter
+// consumption or list-type attributes (ResourceSliceMaxDevicesWithAdvancedFeatures' comment in
+// k8s.io/api names all three).
 func LowersSliceLimit(d *resourceapi.Device) bool {
-	return len(d.Taints) > 0 || len(d.ConsumesCounters) > 0
+	if len(d.Taints) > 0 || len(d.ConsumesCounters) > 0 {
+		return true
+	}
+	for _, a := range d.Attributes {
+		if a.IntValues != nil || a.BoolValues != nil || a.StringValues != nil || a.VersionValues != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Attribute checks one attribute and returns how many values it counts for.
