@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
@@ -15,7 +14,7 @@ import (
 )
 
 // machine is a mock profile enumerated by the real NVML backend, with the truth to check it
-// against: which GPUs are NVLink peers, asked of the mock's P2P status directly.
+// against: which GPUs are NVLink peers, by name, from the mock's own wiring.
 type machine struct {
 	inv   *device.Inventory
 	peers map[[2]string]bool
@@ -33,40 +32,13 @@ func load(t *testing.T, profile string) machine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := machine{inv: inv, peers: map[[2]string]bool{}}
-	for i, a := range s.Devices {
-		for j, c := range s.Devices {
-			if i == j {
-				continue
-			}
-			st, ret := a.GetP2PStatus(c, nvml.P2P_CAPS_INDEX_NVLINK)
-			if ret == nvml.SUCCESS && st == nvml.P2P_STATUS_OK {
-				pa, _ := a.GetPciInfo()
-				pc, _ := c.GetPciInfo()
-				m.peers[[2]string{busOf(pa), busOf(pc)}] = true
-			}
-		}
-	}
-	return m
-}
-
-func busOf(p nvml.PciInfo) string {
-	b := p.BusIdLegacy[:]
-	n := slices.Index(b, 0)
-	s := make([]byte, 0, n)
-	for _, c := range b[:n] {
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		s = append(s, c)
-	}
-	return string(s)
+	return machine{inv: inv, peers: s.NVLinkPeers()}
 }
 
 func (m machine) clique(devs []*device.Device) bool {
 	for i, a := range devs {
 		for _, c := range devs[i+1:] {
-			if !m.peers[[2]string{a.PCIBusID, c.PCIBusID}] {
+			if !m.peers[[2]string{a.Name, c.Name}] {
 				return false
 			}
 		}
@@ -147,7 +119,7 @@ func TestEveryProfile(t *testing.T) {
 				}
 				hasPeer := false
 				for _, o := range devs {
-					hasPeer = hasPeer || m.peers[[2]string{d.PCIBusID, o.PCIBusID}]
+					hasPeer = hasPeer || m.peers[[2]string{d.Name, o.Name}]
 				}
 				if hasPeer != (tp != nil && tp.Island != "") {
 					t.Errorf("%s: has an NVLink peer: %v, topology %+v", d.Name, hasPeer, tp)

@@ -232,3 +232,18 @@ func (s *Server) setNVLinkFuncs(d *mock.Device, i int) {
 		panic("nvmlmock: GetGpuFabricInfoV cannot be mocked (go-nvml's handler needs a real device); use GetGpuFabricInfo")
 	}
 }
+
+// NVLinkPeers returns the machine's pairs of NVLink peers by device name (gpu-<minor>), both
+// orders, as its P2P status over NVLink says: the truth that tests check the published
+// topology against.
+func (s *Server) NVLinkPeers() map[[2]string]bool {
+	out := map[[2]string]bool{}
+	for i := range s.Devices {
+		for j := range s.Devices {
+			if s.profile.nvlink.nvlinkPeers(i, j) {
+				out[[2]string{fmt.Sprintf("gpu-%d", s.profile.minor(i)), fmt.Sprintf("gpu-%d", s.profile.minor(j))}] = true
+			}
+		}
+	}
+	return out
+}
