@@ -4,14 +4,18 @@
 # everything they are built from, and prints the directory that holds them:
 #
 #   cluster-autoscaler-pinned     as pinned (synthetic template pool with resourceSliceCount 0)
-#   cluster-autoscaler-slicefix   with the merged, unreleased fix (resourceSliceCount 1)
-#   cluster-autoscaler-accel-dra  with hack/autoscaler/accel-dra-template.patch: the fix, and the
-#                                 provider builds template nodes' ResourceSlices from the
+#   cluster-autoscaler-slicefix   with hack/autoscaler/slice-count-fix.patch: the merged,
+#                                 unreleased fix (upstream PR 10200, resourceSliceCount 1) only
+#   cluster-autoscaler-accel-dra  with slice-count-fix.patch and then
+#                                 hack/autoscaler/accel-dra-template.patch: the provider builds
+#                                 template nodes' ResourceSlices from the versioned
 #                                 capacity.cluster-autoscaler.kubernetes.io/dra-resource-slices
-#                                 annotation (the change proposed upstream, hack/autoscaler/README.md)
+#                                 annotation (the change proposed upstream, docs/upstream-proposal.md)
 #
 #   hack/build-autoscaler.sh           # build (or reuse) and print the bin dir
-#   hack/build-autoscaler.sh --test    # also run the patched provider's own unit tests
+#   hack/build-autoscaler.sh --test    # also check that both patches apply with git apply
+#                                      # --check, run the patched provider's unit tests and
+#                                      # fuzz its annotation decoder for $AUTOSCALER_FUZZTIME (20s)
 #
 # Sources: $AUTOSCALER_SRC (default third_party/cluster-autoscaler of this repository).
 # Cache: $ACCEL_DRA_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra).
@@ -56,13 +60,18 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 cp -r "$src/core" "$work/core"
 chmod -R u+w "$work"
 
-# prepare VARIANT PATCH...: a copy of the autoscaler module with the patches applied.
+# prepare VARIANT PATCH...: a copy of the autoscaler module with the patches applied in order,
+# each first checked with git apply --check, as an upstream reviewer would apply it ($work is
+# outside any git repository, so git apply works on the plain files).
 prepare() {
   local v=$1; shift
   cp -r "$src/autoscaler" "$work/$v"
   chmod -R u+w "$work/$v"
   cd "$work/$v"
-  for p in "$@"; do patch -s -p1 < "$repo/hack/autoscaler/$p"; done
+  for p in "$@"; do
+    git apply --check "$repo/hack/autoscaler/$p" || { log "$p does not apply to the pinned sources (after: ${*})"; exit 1; }
+    git apply "$repo/hack/autoscaler/$p"
+  done
   go mod edit -replace "sigs.k8s.io/cluster-autoscaler=$work/core"
 }
 
@@ -70,7 +79,7 @@ for v in "${variants[@]}"; do
   case $v in
     pinned) prepare "$v" ;;
     slicefix) prepare "$v" slice-count-fix.patch ;;
-    accel-dra) prepare "$v" accel-dra-template.patch ;;
+    accel-dra) prepare "$v" slice-count-fix.patch accel-dra-template.patch ;;
   esac
   if [ ! -x "$bindir/cluster-autoscaler-$v" ]; then
     log "go build cluster-autoscaler-$v (cold: about as long as one Kubernetes component)"
@@ -80,7 +89,10 @@ for v in "${variants[@]}"; do
 done
 
 if $run_tests; then
+  # The provider's tests are behind the clusterapi build tag, as its sources are.
   log "go test the patched clusterapi provider"
   cd "$work/accel-dra" && go test -count=1 -tags clusterapi ./cloudprovider/clusterapi/ >&2
+  log "fuzz the dra-resource-slices decoder for ${AUTOSCALER_FUZZTIME:-20s}"
+  go test -tags clusterapi -run '^$' -fuzz '^FuzzDecodeDRAResourceSlices$' -fuzztime "${AUTOSCALER_FUZZTIME:-20s}" ./cloudprovider/clusterapi/ >&2
 fi
 echo "$bindir"
