@@ -12,14 +12,27 @@ import (
 )
 
 // DRAResourceSlicesKey holds the ResourceSlices of the group's template node in the form the
-// reader proposed to the Cluster Autoscaler's clusterapi provider takes
-// (hack/autoscaler/README.md): a JSON array of resource.k8s.io/v1 ResourceSliceSpecs without
-// nodeName, pool generation and resourceSliceCount, which the reader derives, or the standard
-// base64 of that JSON gzipped when it is larger than template.CompressThreshold (a JSON value
-// starts with '[', base64 never does). A spec whose pool name is empty belongs to the pool
-// named after the template node. Values are the template's, identity placeholders included:
-// the reader rewrites none, as the autoscaler rewrites none when it copies a real node.
+// reader proposed to the Cluster Autoscaler's clusterapi provider takes (a proposed key, not
+// one the autoscaler defines; docs/upstream-proposal.md): a versioned JSON document
+// {"version":1,"slices":[...]} of resource.k8s.io/v1 ResourceSliceSpecs without nodeName, pool
+// generation and resourceSliceCount, which the reader derives, or the standard base64 of that
+// JSON gzipped when it is larger than template.CompressThreshold (JSON starts with '{', base64
+// never does). A spec whose pool name is empty belongs to the pool named after the template
+// node. Values are the template's, identity placeholders included: the reader rewrites none, as
+// the autoscaler rewrites none when it copies a real node.
 const DRAResourceSlicesKey = CapacityPrefix + "dra-resource-slices"
+
+// DRAResourceSlicesVersion is the version of the DRAResourceSlicesKey document written. A
+// reader uses only a version it knows, so a change that older readers would misread needs a
+// new version (and writing the old one for as long as those readers run).
+const DRAResourceSlicesVersion = 1
+
+// DRAResourceSlicesDocument is the DRAResourceSlicesKey document. Slices are kept as decoded
+// maps so that the pool can be written as the reader wants it (no generation or count).
+type DRAResourceSlicesDocument struct {
+	Version int              `json:"version"`
+	Slices  []map[string]any `json:"slices"`
+}
 
 // poolStandIn names the template node when a driver has several pools per node, which must
 // have names of their own; the reader takes them as they are.
@@ -82,7 +95,7 @@ func DRAResourceSlices(t *template.Template) (map[string]string, error) {
 		m["pool"] = pool
 		specs = append(specs, m)
 	}
-	doc, err := json.Marshal(specs)
+	doc, err := json.Marshal(DRAResourceSlicesDocument{Version: DRAResourceSlicesVersion, Slices: specs})
 	if err != nil {
 		return nil, err
 	}

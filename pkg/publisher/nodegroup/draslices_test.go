@@ -21,12 +21,13 @@ import (
 )
 
 // readDRAResourceSlices reads DRAResourceSlicesKey as its documented contract says a reader
-// must (hack/autoscaler/README.md): JSON, or base64 of gzipped JSON; resource.k8s.io/v1
-// ResourceSliceSpecs decoded strictly; nodeName set to the template node; an empty pool name is
-// the node's; generation 1 and resourceSliceCount derived per pool.
+// must (docs/upstream-proposal.md): JSON, or base64 of gzipped JSON; a document of version 1
+// whose slices are resource.k8s.io/v1 ResourceSliceSpecs, decoded strictly; nodeName set to the
+// template node; an empty pool name is the node's; generation 1 and resourceSliceCount derived
+// per pool.
 func readDRAResourceSlices(value, nodeName string) ([]resourceapi.ResourceSliceSpec, error) {
 	doc := []byte(value)
-	if !strings.HasPrefix(value, "[") {
+	if !strings.HasPrefix(value, "{") {
 		raw, err := base64.StdEncoding.DecodeString(value)
 		if err != nil {
 			return nil, err
@@ -39,14 +40,21 @@ func readDRAResourceSlices(value, nodeName string) ([]resourceapi.ResourceSliceS
 			return nil, err
 		}
 	}
-	var specs []resourceapi.ResourceSliceSpec
-	strict, err := kjson.UnmarshalStrict(doc, &specs, kjson.DisallowUnknownFields)
+	var d struct {
+		Version int                             `json:"version"`
+		Slices  []resourceapi.ResourceSliceSpec `json:"slices"`
+	}
+	strict, err := kjson.UnmarshalStrict(doc, &d, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
 		return nil, err
 	}
 	if len(strict) > 0 {
 		return nil, errors.Join(strict...)
 	}
+	if d.Version != DRAResourceSlicesVersion {
+		return nil, fmt.Errorf("version %d, want %d", d.Version, DRAResourceSlicesVersion)
+	}
+	specs := d.Slices
 	count := map[string]int64{}
 	for i := range specs {
 		if specs[i].NodeName != nil {
@@ -94,7 +102,7 @@ func TestDRAResourceSlicesOfMockNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			value := ann[DRAResourceSlicesKey]
-			t.Logf("%s: %d devices, %s is %d bytes (compressed: %v)", tc.profile, n, DRAResourceSlicesKey, len(value), !strings.HasPrefix(value, "["))
+			t.Logf("%s: %d devices, %s is %d bytes (compressed: %v)", tc.profile, n, DRAResourceSlicesKey, len(value), !strings.HasPrefix(value, "{"))
 			specs, err := readDRAResourceSlices(value, "new-node")
 			if err != nil {
 				t.Fatalf("read %s: %v", DRAResourceSlicesKey, err)
