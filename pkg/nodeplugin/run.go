@@ -29,6 +29,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/driver"
 	"github.com/accel-dra/accel-dra/pkg/health"
 	"github.com/accel-dra/accel-dra/pkg/metrics"
+	"github.com/accel-dra/accel-dra/pkg/otherdrivers"
 	"github.com/accel-dra/accel-dra/pkg/serverfeatures"
 )
 
@@ -251,8 +252,15 @@ func Run(ctx context.Context, o *Options) error {
 	// What the server would keep of the first publish, asked with dry runs before the plugin
 	// registers or publishes anything. Taints are published only when a device fails: whether
 	// the server keeps them is asked now too, rather than when the first device fails.
+	// Devices another DRA driver publishes on this node are left out of the slices, in every
+	// mode (otherdrivers.go): the plugin yields them rather than hand them out a second time.
+	yield := &yielding{driverName: o.DriverName, resources: drv.Resources, events: normalEvents(events)}
+	start.waitFor(ctx, "the node's ResourceSlices, for devices other DRA drivers publish")
+	if err := otherdrivers.Watch(ctx, kube, o.DriverName, o.NodeName, yield.set); err != nil {
+		return err
+	}
 	start.waitFor(ctx, "the API server to say what it keeps of the ResourceSlices (dry runs)")
-	first := drv.Resources()
+	first := yield.Resources(ctx)
 	var taintDrops []serverfeatures.Drop
 	if effects, _ := health.ParseEffects(o.DeviceTaintEffects); watchHealth && len(effects) > 0 {
 		taintDrops = gates.probeTaints(ctx)
@@ -280,6 +288,13 @@ func Run(ctx context.Context, o *Options) error {
 	if dropped := gates.refusalNow(); dropped != nil {
 		return refuse(dropped, true)
 	}
+	// From now on every publish goes through yield; one that another driver's slices changed
+	// since the first is published at once.
+	if yield.start(helper.PublishResources) {
+		if err := yield.Publish(ctx); err != nil {
+			return fmt.Errorf("publishing ResourceSlices: %w", err)
+		}
+	}
 	// Records of claims the kubelet no longer needs (a prepare it cancelled that published
 	// after its unprepare) and leftovers of lost GPUs are collected in the background.
 	gcDone := make(chan struct{})
@@ -291,7 +306,7 @@ func Run(ctx context.Context, o *Options) error {
 	healthDone := make(chan struct{})
 	go func() {
 		defer close(healthDone)
-		drv.RunHealth(ctx, func(ctx context.Context) error { return helper.PublishResources(ctx, drv.Resources()) })
+		drv.RunHealth(ctx, yield.Publish)
 	}()
 	defer func() { <-healthDone }()
 	// Start-up is the plugin's allocation peak (enumeration, building slices); hand that memory
