@@ -112,6 +112,23 @@ func TestNVIDIACompatOptions(t *testing.T) {
 		t.Errorf("contradicting driverName: %v, want an error containing %q", err, want)
 	}
 
+	// Under accel-dra's own names beside NVIDIA's driver (besideNVIDIADriver), the plugin is
+	// confined to the labelled nodes as in the mode, on top of the GPU node labels.
+	beside := func(compat map[string]any) map[string]any {
+		return map[string]any{"drivers": map[string]any{"gpu": map[string]any{"compat": compat}}}
+	}
+	spec = pluginDaemonSet(t, beside(map[string]any{"besideNVIDIADriver": true}), "gpu.accel-dra.io").Spec.Template.Spec
+	if diff := cmp.Diff(map[string]string{"accel-dra.io/nvidia-compat": "true"}, spec.NodeSelector); diff != "" {
+		t.Errorf("besideNVIDIADriver: nodeSelector (-want +got):\n%s", diff)
+	}
+	if spec.Affinity == nil || !cmp.Equal(paused(gpuNodes), spec.Affinity.NodeAffinity) {
+		t.Errorf("besideNVIDIADriver: the GPU node labels no longer apply: %+v", spec.Affinity)
+	}
+	spec = pluginDaemonSet(t, beside(map[string]any{"besideNVIDIADriver": true, "nodeLabel": ""}), "gpu.accel-dra.io").Spec.Template.Spec
+	if len(spec.NodeSelector) != 0 {
+		t.Errorf("besideNVIDIADriver, nodeLabel empty: node selector %v, want none", spec.NodeSelector)
+	}
+
 	r = renderSet(t, valueSets["default"])
 	if r.Find("DeviceClass", "gpu.accel-dra.io") == nil || r.Find("DeviceClass", "gpu.nvidia.com") != nil {
 		t.Error("a render without the compatibility mode has NVIDIA's class")

@@ -49,16 +49,39 @@ func object(apiVersion, kind, namespace, name string, labels, annotations map[st
 	return u
 }
 
+// nvidiaDaemonSet is NVIDIA's kubelet plugin DaemonSet as its chart (v25.12.0,
+// templates/kubeletplugin.yaml) renders it under name: one container per enabled plugin, each
+// a bash script that ends starting the plugin.
+func nvidiaDaemonSet(namespace, name string, containers ...string) *unstructured.Unstructured {
+	u := object("apps/v1", "DaemonSet", namespace, name+"-kubelet-plugin", map[string]string{"app.kubernetes.io/name": name}, nil)
+	binary := map[string]string{"gpus": "gpu-kubelet-plugin", "compute-domains": "compute-domain-kubelet-plugin"}
+	var list []any
+	for _, c := range containers {
+		list = append(list, map[string]any{"name": c, "command": []any{"bash", "-c"}, "args": []any{"set -e\n" + binary[c] + " -v $(LOG_VERBOSITY)\n"}})
+	}
+	if err := unstructured.SetNestedSlice(u.Object, list, "spec", "template", "spec", "containers"); err != nil {
+		panic(err)
+	}
+	return u
+}
+
 // TestNVIDIAGuard: where NVIDIA's DRA driver runs (its DeviceClass, or its chart's kubelet
 // plugin DaemonSet), installing accel-dra under its own names would publish every GPU twice:
 // the chart refuses, naming what it found and the two ways out, unless the compatibility mode
 // takes NVIDIA's place or the user states a node-by-node move. A class of this release, an
-// NPU-only install and NVIDIA's device plugin (not a DRA driver) are no reason.
+// NPU-only install, NVIDIA's device plugin (not a DRA driver) and NVIDIA's chart kept for
+// ComputeDomains only (no GPU plugin) are no reason; NVIDIA's GPU plugin is found whatever its
+// chart's name.
 func TestNVIDIAGuard(t *testing.T) {
 	nvidiaClass := object("resource.k8s.io/v1", "DeviceClass", "", "gpu.nvidia.com", nil, map[string]string{"meta.helm.sh/release-name": "nvidia-dra-driver-gpu"})
 	ownClass := object("resource.k8s.io/v1", "DeviceClass", "", "gpu.nvidia.com", nil, map[string]string{"meta.helm.sh/release-name": DefaultReleaseName})
-	nvidiaPlugin := object("apps/v1", "DaemonSet", "nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-kubelet-plugin", map[string]string{"app.kubernetes.io/name": "nvidia-dra-driver-gpu"}, nil)
+	nvidiaPlugin := nvidiaDaemonSet("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu", "compute-domains", "gpus")
+	// NVIDIA's chart with nameOverride, or under its new name (kubernetes-sigs/dra-driver-nvidia-gpu).
+	renamed := nvidiaDaemonSet("nvidia-gpus", "my-gpus", "gpus")
+	// NVIDIA's chart with resources.gpus.enabled=false, kept for ComputeDomains.
+	computeDomainsOnly := nvidiaDaemonSet("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu", "compute-domains")
 	devicePlugin := object("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset", map[string]string{"app.kubernetes.io/name": "nvidia-device-plugin"}, nil)
+	_ = unstructured.SetNestedSlice(devicePlugin.Object, []any{map[string]any{"name": "nvidia-device-plugin", "command": []any{"nvidia-device-plugin"}}}, "spec", "template", "spec", "containers")
 	for _, tc := range []struct {
 		name   string
 		objs   []runtime.Object
@@ -69,6 +92,8 @@ func TestNVIDIAGuard(t *testing.T) {
 		{name: "NVIDIA's class", objs: []runtime.Object{nvidiaClass}, err: "NVIDIA's DRA driver runs in this cluster (DeviceClass gpu.nvidia.com)"},
 		{name: "NVIDIA's kubelet plugin", objs: []runtime.Object{nvidiaPlugin}, err: "(DaemonSet nvidia-dra-driver-gpu/nvidia-dra-driver-gpu-kubelet-plugin)"},
 		{name: "both", objs: []runtime.Object{nvidiaClass, nvidiaPlugin}, err: "(DeviceClass gpu.nvidia.com, DaemonSet nvidia-dra-driver-gpu/nvidia-dra-driver-gpu-kubelet-plugin): accel-dra's GPU driver gpu.accel-dra.io would publish the same GPUs a second time"},
+		{name: "NVIDIA's kubelet plugin under another name", objs: []runtime.Object{renamed}, err: "(DaemonSet nvidia-gpus/my-gpus-kubelet-plugin)"},
+		{name: "NVIDIA's chart for ComputeDomains only", objs: []runtime.Object{computeDomainsOnly}},
 		{name: "this release's class", objs: []runtime.Object{ownClass}},
 		{name: "compatibility mode", objs: []runtime.Object{nvidiaClass, nvidiaPlugin}, values: nvidiaCompat},
 		{name: "node-by-node move stated", objs: []runtime.Object{nvidiaClass, nvidiaPlugin}, values: map[string]any{"drivers": map[string]any{"gpu": map[string]any{"compat": map[string]any{"besideNVIDIADriver": true}}}}},

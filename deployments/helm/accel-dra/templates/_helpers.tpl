@@ -218,11 +218,13 @@ drivers.gpu.compat.nvidia), else ""; arguments: a dict with key and driver.
 {{- end }}
 
 {{/*
-The label that hands a node over to the plugin in NVIDIA's compatibility mode ("" when the mode
-is off or the label is turned off); same arguments as backend.
+The label that hands a node over to the plugin from NVIDIA's DRA driver: in NVIDIA's
+compatibility mode, and under accel-dra's own names where compat.besideNVIDIADriver states a
+node-by-node move beside NVIDIA's driver, so that both moves are one runbook ("" otherwise or
+when the label is turned off); same arguments as backend.
 */}}
 {{- define "accel-dra.compatNodeLabel" -}}
-{{- if include "accel-dra.isNVIDIACompat" . }}
+{{- if or (include "accel-dra.isNVIDIACompat" .) (and (eq .key "gpu") (dig "compat" "besideNVIDIADriver" false .driver)) }}
 {{- dig "compat" "nodeLabel" "" .driver }}
 {{- end }}
 {{- end }}
