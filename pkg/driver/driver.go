@@ -101,11 +101,12 @@ type EventSink interface {
 //
 //   - holdings (holdings.go): the one index of the checkpoint, who holds which device, kept
 //     under the node lock;
-//   - preparer (prepare.go, plan.go, identity.go): one claim's preparation and release, as
-//     steps: plan, stage, reserve, commit, apply, release;
-//   - the steps of its own concerns, each in its own file and type: specStep (spec.go, the CDI
-//     spec), sharingStep (sharing.go, consumable-memory shares, time-slicing, MPS), migStep
-//     (mig.go, dynamic MIG);
+//   - preparer (prepare.go, plan.go, identity.go): one claim's preparation and release, in
+//     phases: plan, stage, reserve, commit, apply, release;
+//   - the spec (specStep, spec.go) and the steps of the other concerns behind the step
+//     interface, each in its own file and type, run in each phase for the claims they apply
+//     to (stepsFor): sharingStep (sharing.go, consumable-memory shares, time-slicing, MPS),
+//     migStep (mig.go, dynamic MIG);
 //   - reconciler (reconcile.go, start-up), collector (gc.go, every minute) and healthState
 //     (health.go), which talk to the holdings and the steps.
 //
@@ -113,7 +114,7 @@ type EventSink interface {
 // same node (a rolling update with surge): the kubelet plugin helper's serialisation is off,
 // and instead everything a claim changes on the node (checkpoint records, CDI specs, the GPUs'
 // sharing settings, MPS daemons, MIG instances) is changed only under the checkpoint's
-// node-wide lock (holdings.withLock), one hold per prepare and per unprepare, against the
+// node-wide lock (holdings.lock), one hold per prepare and per unprepare, against the
 // records on disk. What needs no lock (planning, encoding the record, building the spec) is
 // done before the hold, so that the hold costs little and claims on different devices prepare
 // mostly in parallel.
@@ -148,7 +149,11 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		kind:        opts.Inventory.Kind,
 		devices:     opts.Inventory.Lookup(),
 		publishable: map[string]bool{},
+		migParents:  map[string]bool{},
 		instance:    newInstanceID(),
+	}
+	for _, p := range opts.Inventory.MIGParents {
+		n.migParents[p.GPU.Name] = true
 	}
 	d.wire(n)
 	d.spec.edits.Store(opts.CommonEdits)

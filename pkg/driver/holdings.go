@@ -232,11 +232,61 @@ func (h *holdings) holder(pd *checkpoint.PreparedDevice, self types.UID) (types.
 	return first, first != ""
 }
 
-// blocking looks at rec's devices in order for a claim other than rec's that holds one of
-// them (holder): it returns the first such claim if its preparation was abandoned, with the
-// device, for the caller to roll back, or an error that names the claim if it is alive; nil
-// if none is in the way. Called with the node lock held.
-func (h *holdings) blocking(l *checkpoint.Locked, rec *checkpoint.Claim) (*checkpoint.Claim, string, error) {
+// standing is what the holdings say, in one hold of the node lock, about a claim to be
+// prepared: its record, the first claim in the way of its devices, and,
+// for the steps that check holdings the index does not key (migStep.reserve), every other
+// claim. One answer rather than a query per question, so that a prepare asks the holdings
+// once per hold.
+type standing struct {
+	// cur is the claim's record, if found; err is why this plugin may not prepare the claim
+	// at all, which comes before anything else.
+	cur   checkpoint.Claim
+	found bool
+	err   error
+	// blocker, with the device it holds, is a claim whose preparation was abandoned in the
+	// way of the claim's devices, to be rolled back; blockErr names a live one.
+	blocker    *checkpoint.Claim
+	blockerDev string
+	blockErr   error
+	// others are the claims other than this one (only if asked for). Not to be changed.
+	others []*checkpoint.Claim
+}
+
+// lockFor takes the node lock (lock) and answers for rec (standing).
+func (h *holdings) lockFor(ctx context.Context, rec *checkpoint.Claim, others bool) (*checkpoint.Locked, standing, error) {
+	l, err := h.lock(ctx)
+	if err != nil {
+		return nil, standing{}, err
+	}
+	return l, h.standing(l, rec, others), nil
+}
+
+// standing answers for rec under the node lock; others: with every other claim.
+//
+// The record (cur) is the index's, unless this plugin may not prepare the claim: its record is
+// not this plugin's, or an opaque record may hold any of its devices (foreign.go). Then the
+// devices are looked at in order for a claim other than rec's that holds one of them (holder):
+// the first such claim is the blocker if its preparation was abandoned, for the caller to roll
+// back, or blockErr names it if it is alive.
+func (h *holdings) standing(l *checkpoint.Locked, rec *checkpoint.Claim, others bool) standing {
+	var s standing
+	h.mu.Lock()
+	c := h.claims[types.UID(rec.UID)]
+	switch uid, opaque := opaqueOther(h.opaque, types.UID(rec.UID)); {
+	case c != nil && c.Foreign != nil:
+		s.err = notOwned(c, "prepare")
+	case opaque:
+		o := h.claims[uid]
+		s.err = fmt.Errorf("claim %s/%s: the checkpoint holds the record of claim %s, which this plugin cannot read (apiVersion %s, kind %s: %s), so any device on the node may be that claim's; no claim is prepared here while the record exists",
+			rec.Namespace, rec.Name, uid, o.Foreign.APIVersion, o.Foreign.Kind, o.Foreign.Reason)
+	case c != nil:
+		s.cur, s.found = *c, true
+		s.cur.Devices = stdslices.Clone(c.Devices)
+	}
+	h.mu.Unlock()
+	if s.err != nil {
+		return s
+	}
 	for _, pd := range rec.Devices {
 		if pd.AdminAccess {
 			continue
@@ -247,15 +297,20 @@ func (h *holdings) blocking(l *checkpoint.Locked, rec *checkpoint.Claim) (*check
 		}
 		oc, _ := h.get(string(other))
 		if oc.UID != "" && h.abandoned(l, &oc) {
-			return &oc, pd.Device, nil
+			s.blocker, s.blockerDev = &oc, pd.Device
+			break
 		}
 		var ocp *checkpoint.Claim
 		if oc.UID != "" {
 			ocp = &oc
 		}
-		return nil, "", fmt.Errorf("device %s is already prepared for claim %s, which %s", pd.Device, h.describe(other), conflict(&pd, ocp))
+		s.blockErr = fmt.Errorf("device %s is already prepared for claim %s, which %s", pd.Device, h.describe(other), conflict(&pd, ocp))
+		break
 	}
-	return nil, "", nil
+	if others {
+		s.others = h.others(types.UID(rec.UID))
+	}
+	return s
 }
 
 // conflict explains why pd cannot be prepared next to the claim other.
@@ -327,29 +382,6 @@ func opaqueOther(opaque map[types.UID]bool, self types.UID) (types.UID, bool) {
 	return first, first != ""
 }
 
-// current is the record of rec's claim as the index has it (get), found or not, unless this
-// plugin may not prepare the claim: its record is not this plugin's, or an opaque record may
-// hold any of its devices (foreign.go). Called with the node lock held.
-func (h *holdings) current(rec *checkpoint.Claim) (checkpoint.Claim, bool, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c := h.claims[types.UID(rec.UID)]
-	if c != nil && c.Foreign != nil {
-		return checkpoint.Claim{}, false, notOwned(c, "prepare")
-	}
-	if uid, ok := opaqueOther(h.opaque, types.UID(rec.UID)); ok {
-		o := h.claims[uid]
-		return checkpoint.Claim{}, false, fmt.Errorf("claim %s/%s: the checkpoint holds the record of claim %s, which this plugin cannot read (apiVersion %s, kind %s: %s), so any device on the node may be that claim's; no claim is prepared here while the record exists",
-			rec.Namespace, rec.Name, uid, o.Foreign.APIVersion, o.Foreign.Kind, o.Foreign.Reason)
-	}
-	if c == nil {
-		return checkpoint.Claim{}, false, nil
-	}
-	cp := *c
-	cp.Devices = stdslices.Clone(c.Devices)
-	return cp, true, nil
-}
-
 // abandoned reports whether c is a PrepareStarted record nobody is working on any more: its
 // owner is dead, or it is this instance's and no prepare of this instance is at it (one failed
 // without rolling back).
@@ -373,12 +405,34 @@ func (h *holdings) preparing(_ *checkpoint.Locked, uid types.UID, on bool) {
 	}
 }
 
-// resume is this instance coming back, under the node lock, to the two-phase preparation of
-// uid it left (preparing): it is no longer in flight, and the claim's record is returned as
-// the index has it, if there is one.
-func (h *holdings) resume(l *checkpoint.Locked, uid string) (checkpoint.Claim, bool) {
-	h.preparing(l, types.UID(uid), false)
-	return h.get(uid)
+// errUnprepared is commit's answer for a two-phase prepare whose record was unprepared or
+// rolled back while its instance worked without the lock.
+var errUnprepared = errors.New("the claim was unprepared while its MIG instances were being created")
+
+// commit is this instance coming back, under the node lock, to the two-phase preparation of
+// rec it left (preparing), to publish done, rec's PrepareCompleted record. It returns the lock
+// held, whatever the error (nil only if the lock could not be taken), for the caller to finish
+// or undo in the same hold: errUnprepared if the record is no longer rec's PrepareStarted one of
+// this instance, the cancellation if ctx was cancelled, or the failure to write. The lock is
+// taken without ctx's cancellation: what was made must be cleaned up even when the kubelet
+// gave up.
+func (h *holdings) commit(ctx context.Context, rec, done *checkpoint.Claim) (*checkpoint.Locked, error) {
+	l, err := h.lock(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	h.preparing(l, types.UID(rec.UID), false)
+	cur, found := h.get(rec.UID)
+	if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != h.n.instance {
+		return l, errUnprepared
+	}
+	if err := ctx.Err(); err != nil {
+		return l, fmt.Errorf("prepare cancelled before it was published: %w", context.Cause(ctx))
+	}
+	if err := h.put(l, done); err != nil {
+		return l, fmt.Errorf("checkpoint: %w", err)
+	}
+	return l, nil
 }
 
 // put writes c's record and indexes it.

@@ -41,7 +41,8 @@ type migStep struct {
 // migCrash is called between the steps of a MIG preparation; tests set it to simulate a crash
 // (kill -9) at that point. Steps: "intent", "gi-created", "gi-recorded", "ci-created",
 // "ci-recorded".
-var migCrash = func(step string) {}
+// Nil outside tests.
+var migCrash func(step string)
 
 // migIntent is the MIGRecord of a dynamic-MIG device before anything is created.
 func migIntent(dev *device.Device) *checkpoint.MIGRecord {
@@ -85,12 +86,13 @@ type migOverlap struct {
 	parent string // the GPU
 }
 
-// overlapping returns the claims other than rec that hold part of a MIG-mode GPU that rec
-// needs, each once (with its first overlapping device). Partitions of a MIG-mode GPU overlap
-// without sharing a device name, so reserve checks them besides the devices. The scheduler's
-// counters should make any overlap impossible; this is the driver's last line of defence, as
-// reserve is for whole devices. Called with the node lock held.
-func (m *migStep) overlapping(rec *checkpoint.Claim) []migOverlap {
+// reserve is the MIG step's check of rec: the claims other than rec that hold part of a
+// MIG-mode GPU that rec needs are in its way, each once (with its first overlapping device).
+// Partitions of a MIG-mode GPU overlap without sharing a device name, so the holdings' check
+// of the devices does not see them. The scheduler's counters should make any overlap
+// impossible; this is the driver's last line of defence, as the holdings' check is for whole
+// devices. s has every other claim (stepsFor asks for them).
+func (m *migStep) reserve(_ *checkpoint.Locked, ref string, rec *checkpoint.Claim, s *standing) ([]inTheWay, error) {
 	var want []migHolding
 	for i := range rec.Devices {
 		if h, ok := m.holding(&rec.Devices[i]); ok {
@@ -98,11 +100,11 @@ func (m *migStep) overlapping(rec *checkpoint.Claim) []migOverlap {
 		}
 	}
 	if len(want) == 0 {
-		return nil
+		return nil, nil
 	}
-	var out []migOverlap
+	var out []inTheWay
 others:
-	for _, oc := range m.held.others(types.UID(rec.UID)) {
+	for _, oc := range s.others {
 		for i := range oc.Devices {
 			h, ok := m.holding(&oc.Devices[i])
 			if !ok {
@@ -110,14 +112,18 @@ others:
 			}
 			for _, w := range want {
 				if w.overlaps(h) {
-					out = append(out, migOverlap{claim: oc, device: oc.Devices[i].Device, parent: h.parent})
+					out = append(out, inTheWay{claim: oc, err: fmt.Errorf("claim %s: MIG device %s overlaps what claim %s holds on GPU %s", ref, oc.Devices[i].Device, m.held.describe(types.UID(oc.UID)), h.parent)})
 					continue others
 				}
 			}
 		}
 	}
-	return out
+	return out, nil
 }
+
+// apply: dynamic MIG's instances are made between the two holds of a prepare (create), not in
+// one, so stepsFor never gives the MIG step an apply.
+func (m *migStep) apply(context.Context, *checkpoint.Locked, *checkpoint.Claim) error { return nil }
 
 // create creates the instances of rec's dynamic-MIG devices, filling in rec (in memory) as
 // it goes, and returns the devices whose GPU instance it created. Creating them is slow (NVML),
@@ -133,7 +139,9 @@ func (m *migStep) create(ctx context.Context, rec *checkpoint.Claim) ([]int, err
 		if mr == nil {
 			continue
 		}
-		migCrash("intent")
+		if migCrash != nil {
+			migCrash("intent")
+		}
 		if err := ctx.Err(); err != nil {
 			return created, fmt.Errorf("prepare cancelled: %w", context.Cause(ctx))
 		}
@@ -141,14 +149,18 @@ func (m *migStep) create(ctx context.Context, rec *checkpoint.Claim) ([]int, err
 		if err != nil {
 			return created, fmt.Errorf("device %s: creating GPU instance: %w", pd.Device, err)
 		}
-		migCrash("gi-created")
+		if migCrash != nil {
+			migCrash("gi-created")
+		}
 		mr.GI = &gi
 		created = append(created, i)
 		in, err := m.n.opts.MIG.CreateCI(ctx, mr.ParentUUID, gi)
 		if err != nil {
 			return created, fmt.Errorf("device %s: creating compute instance: %w", pd.Device, err)
 		}
-		migCrash("ci-created")
+		if migCrash != nil {
+			migCrash("ci-created")
+		}
 		ci := in.CI
 		mr.CI = &ci
 		pd.UUID = in.UUID
@@ -161,7 +173,7 @@ func (m *migStep) create(ctx context.Context, rec *checkpoint.Claim) ([]int, err
 // destroyCreated destroys the GPU instances this prepare created for rec, after its record
 // went: each only if it is still the instance made (rec's IDs) and no record holds it. Called
 // with the node lock held.
-func (m *migStep) destroyCreated(ctx context.Context, rec *checkpoint.Claim, created []int) {
+func (m *migStep) destroyCreated(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, created []int) {
 	if len(created) == 0 {
 		return
 	}
@@ -170,7 +182,7 @@ func (m *migStep) destroyCreated(ctx context.Context, rec *checkpoint.Claim, cre
 	for _, i := range created {
 		mine.Devices = append(mine.Devices, rec.Devices[i])
 	}
-	if err := m.release(ctx, &mine); err != nil {
+	if err := m.release(ctx, l, &mine); err != nil {
 		klog.FromContext(ctx).Error(err, "Destroying the MIG instances of a prepare whose claim was unprepared meanwhile; the next sweep destroys them", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
 }
@@ -184,7 +196,7 @@ func (m *migStep) destroyCreated(ctx context.Context, rec *checkpoint.Claim, cre
 // pod must be able to terminate, a lost GPU runs nothing, and once no record holds the
 // instance the sweep destroys it when the GPU answers again (a reset or a reboot clears it
 // anyway). Called with the node lock held.
-func (m *migStep) release(ctx context.Context, c *checkpoint.Claim) error {
+func (m *migStep) release(ctx context.Context, _ *checkpoint.Locked, c *checkpoint.Claim) error {
 	if m.n.opts.MIG == nil {
 		return nil
 	}

@@ -13,6 +13,9 @@ type node struct {
 	devices map[string]*device.Device
 	// publishable are the devices that passed validation; only they can be prepared.
 	publishable map[string]bool
+	// migParents are the GPUs in MIG mode given out whole (dynamic MIG), by device name: a
+	// claim of one holds every partition of it (migStep.reserve).
+	migParents map[string]bool
 	// instance names this process in PrepareStarted records; its liveness is a flock the
 	// checkpoint holds (checkpoint.Locked.Register).
 	instance string

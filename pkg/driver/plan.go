@@ -28,6 +28,7 @@ func (p *preparer) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, er
 	// migRequests are the requests whose devices are MIG devices (ConfigApplies).
 	migRequests := map[string]bool{}
 	firstOfRequest := map[string]bool{}
+	shared := false // a result is a share of a device
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != p.n.opts.DriverName {
 			continue
@@ -54,7 +55,10 @@ func (p *preparer) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, er
 		if dev.MIG != nil && dev.MIG.Dynamic {
 			rec.Devices[len(rec.Devices)-1].MIG = migIntent(dev)
 		}
-		share(&rec.Devices[len(rec.Devices)-1], &r)
+		if r.ShareID != nil {
+			share(&rec.Devices[len(rec.Devices)-1], &r)
+			shared = true
+		}
 		firstOfRequest[resourceclaim.BaseRequestRef(r.Request)] = true
 		requests = append(requests, r.Request)
 		migRequests[r.Request] = migRequests[r.Request] || dev.MIG != nil
@@ -63,11 +67,15 @@ func (p *preparer) plan(claim *resourceapi.ResourceClaim) (*checkpoint.Claim, er
 	if err != nil {
 		return nil, err
 	}
-	extra, err := p.sharing.plan(ref, rec, share)
-	if err != nil {
-		return nil, err
+	// The sharing step plans only a claim that shares a GPU or asks for a sharing strategy.
+	if share != nil || shared {
+		extra, err := p.sharing.plan(ref, rec, share)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, extra...)
 	}
-	rec.Env = append(env, extra...)
+	rec.Env = env
 	return rec, nil
 }
 

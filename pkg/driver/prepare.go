@@ -16,28 +16,32 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 )
 
-// preparer runs one claim's preparation, and its release, as a sequence of steps:
+// preparer runs one claim's preparation, and its release, as a sequence of phases:
 //
 //	plan     (plan.go)      the claim's allocation and configuration become the record to
 //	                        publish; the sharing step plans its settings, the MIG step its
 //	                        instances' intent. No side effects, no lock.
 //	stage                   the record is written to a temporary file and the CDI spec built
 //	                        and validated (specStep.build), still without the lock.
-//	reserve                 under the node lock: the holdings say whether the devices are free
-//	                        (abandoned preparations in the way are rolled back), the sharing
-//	                        step whether the GPUs' settings agree, the MIG step whether
-//	                        partitions overlap.
+//	reserve                 one hold of the node lock: the holdings answer once (lockFor:
+//	                        the claim's record, who is in the way of its devices), abandoned
+//	                        preparations in the way are rolled back, then each step that
+//	                        applies checks what the holdings do not key (step.reserve).
 //	commit                  the staged record is published (holdings.publish).
-//	apply                   the sharing step sets the GPUs (sharingStep.apply), the spec step
-//	                        writes the spec (specStep.apply), in the same hold.
-//	release  (forget)       sharing, MIG, spec, then the record: each step undoes its part.
+//	apply                   in the same hold, each step that applies sets up its part
+//	                        (step.apply), then the spec step writes the spec (specStep.apply).
+//	release  (forget)       each step that applies undoes its part (step.release), then the
+//	                        spec, then the record.
 //
+// The steps are the concerns of a claim beyond its record and spec, each a type in its own file
+// behind the step interface; which of them apply to a claim, per phase, is read from its record
+// (stepsFor), so that a claim that does not share a GPU never enters the sharing step. The spec
+// is not a step of the loop because its place differs per phase: it is built before the lock,
+// written last, so that no container starts on a GPU not yet set, and removed before the
+// record, so that a setting that cannot be put back keeps the claim whole for the retry.
 // A dynamic-MIG claim publishes its record as PrepareStarted, creates its instances between
-// two holds (migStep.create) and commits and applies in the second (finishMIG). The orders are
-// written out here rather than looped over an interface because they differ per phase: the
-// spec is written last, so that no container starts on a GPU not yet set, but removed before
-// the record, so that a setting that cannot be put back keeps the claim whole for the retry.
-// A new concern is a new step type in its own file, called from these functions.
+// two holds (migStep.create) and commits and applies in the second (finishMIG).
+// A new concern is a new step type in its own file and a line in stepsFor.
 type preparer struct {
 	n       *node
 	held    *holdings
@@ -52,6 +56,92 @@ type preparer struct {
 	// hook, if set (tests only), is called at the points where a prepare or an unprepare runs
 	// without the node lock, so that a test can run another instance's call right there.
 	hook func(point string)
+}
+
+// step is one concern of a claim's preparation beyond its record and its CDI spec: the
+// sharing settings (sharingStep), dynamic MIG's instances (migStep). It keeps no index of its
+// own: it asks the holdings who holds what. Every method runs with the node lock held (l), in
+// the hold that publishes or removes the claim's record.
+type step interface {
+	// reserve checks, before rec's record is published, what rec needs beyond its devices,
+	// which the holdings checked (s): an error refuses rec; the claims it names are in the
+	// way, each with why, and are rolled back if their preparation was abandoned, or else
+	// refuse rec.
+	reserve(l *checkpoint.Locked, ref string, rec *checkpoint.Claim, s *standing) ([]inTheWay, error)
+	// apply sets up the step's part of rec right after its record was published. On failure
+	// it has put back what it set, and it is not released.
+	apply(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim) error
+	// release undoes the step's part of c before c's spec and record go; if it fails the
+	// record stays, so that a retry can finish.
+	release(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim) error
+}
+
+// inTheWay is a claim that holds what a step of another claim needs.
+type inTheWay struct {
+	claim *checkpoint.Claim
+	err   error // the refusal, if the claim is alive
+}
+
+// phase is a phase of the preparation in which steps run.
+type phase int
+
+const (
+	phaseReserve phase = iota
+	phaseApply
+	phaseRelease
+)
+
+// stepsFor are the steps that apply to the claim c in phase ph, in their order: sharing, then
+// MIG. It reads c's record alone (and the node's devices), so that a record from disk is
+// released by the steps that prepared it.
+func (p *preparer) stepsFor(c *checkpoint.Claim, ph phase) []step {
+	var out []step
+	switch ph {
+	case phaseReserve:
+		// Shares must agree on the GPU's setting; MIG partitions overlap without sharing a
+		// device name.
+		if hasShare(c) {
+			out = append(out, p.sharing)
+		}
+		if p.holdsMIG(c) {
+			out = append(out, p.mig)
+		}
+	case phaseApply:
+		// Dynamic MIG's part is made between the holds (finishMIG), not in one.
+		if c.Sharing != nil {
+			out = append(out, p.sharing)
+		}
+	case phaseRelease:
+		if c.Sharing != nil {
+			out = append(out, p.sharing)
+		}
+		if hasDynamicMIG(c) {
+			out = append(out, p.mig)
+		}
+	}
+	return out
+}
+
+// hasShare reports whether c holds a share of a device.
+func hasShare(c *checkpoint.Claim) bool {
+	for i := range c.Devices {
+		if c.Devices[i].ShareID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsMIG reports whether c holds part or all of a MIG-mode GPU: a dynamic-MIG device, or
+// such a GPU given out whole (migStep.holding).
+func (p *preparer) holdsMIG(c *checkpoint.Claim) bool {
+	for i := range c.Devices {
+		pd := &c.Devices[i]
+		if pd.MIG != nil || (!pd.AdminAccess && p.n.migParents[pd.Device]) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *preparer) claimLock(uid types.UID) *sync.Mutex {
@@ -93,37 +183,7 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 	defer st.Discard()
 
 	p.at("prepare:unlocked")
-	var answer *checkpoint.Claim
-	err = p.held.withLock(ctx, func(l *checkpoint.Locked) error {
-		// The kubelet cancels a prepare when the pod starts terminating and then sends the
-		// unprepare, possibly to the other instance of a rolling update, which may have run it
-		// already. A cancelled prepare must not publish: nobody would unprepare it.
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("claim %s: prepare cancelled before it was published: %w", klog.KObj(claim), context.Cause(ctx))
-		}
-		existing, err := p.reserve(ctx, l, rec, st)
-		switch {
-		case err != nil:
-			return err
-		case existing != nil:
-			answer = existing
-			return nil
-		case twoPhase:
-			return nil
-		}
-		if p.spec.edits.Load() != edits {
-			// SetCommonEdits swapped the driver's files since the spec was built.
-			if spec, err = p.spec.build(rec); err != nil {
-				p.undo(ctx, l, rec)
-				return fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
-			}
-		}
-		if err := p.complete(ctx, l, rec, spec); err != nil {
-			return fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
-		}
-		answer = rec
-		return nil
-	})
+	answer, err := p.hold(ctx, rec, st, spec, edits, twoPhase)
 	if err != nil {
 		return nil, err
 	}
@@ -137,48 +197,88 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 	return toKubelet(answer), nil
 }
 
+// hold is a prepare's hold of the node lock: reserve and commit, and for a claim prepared in
+// one phase apply. It returns the claim's record if the claim was already prepared, or once it
+// is, and nil for a two-phase claim whose PrepareStarted record it published.
+func (p *preparer) hold(ctx context.Context, rec *checkpoint.Claim, st *checkpoint.Staged, spec *specs.Spec, edits *specs.ContainerEdits, twoPhase bool) (*checkpoint.Claim, error) {
+	ref := klog.KRef(rec.Namespace, rec.Name)
+	steps := p.stepsFor(rec, phaseReserve)
+	l, s, err := p.held.lockFor(ctx, rec, len(steps) > 0)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Unlock()
+	// The kubelet cancels a prepare when the pod starts terminating and then sends the
+	// unprepare, possibly to the other instance of a rolling update, which may have run it
+	// already. A cancelled prepare must not publish: nobody would unprepare it.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("claim %s: prepare cancelled before it was published: %w", ref, context.Cause(ctx))
+	}
+	existing, err := p.reserve(ctx, l, rec, st, &s, steps)
+	switch {
+	case err != nil:
+		return nil, err
+	case existing != nil:
+		return existing, nil
+	case twoPhase:
+		return nil, nil
+	}
+	if p.spec.edits.Load() != edits {
+		// SetCommonEdits swapped the driver's files since the spec was built.
+		if spec, err = p.spec.build(rec); err != nil {
+			p.undo(ctx, l, rec, nil)
+			return nil, fmt.Errorf("claim %s: %w", ref, err)
+		}
+	}
+	if err := p.complete(ctx, l, rec, spec); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", ref, err)
+	}
+	return rec, nil
+}
+
 // complete does, under the node lock and right after rec's record was published, what a
-// prepare sets up on the node: the claim's sharing settings and its CDI spec. If either fails,
-// everything is undone in the same hold, record included, so that a failed prepare leaves
-// nothing and reserves nothing.
+// prepare sets up on the node: each step's part (step.apply), then its CDI spec. If either
+// fails, everything is undone in the same hold, record included, so that a failed prepare
+// leaves nothing and reserves nothing.
 func (p *preparer) complete(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, spec *specs.Spec) error {
-	if err := p.sharing.apply(ctx, rec); err != nil {
-		// apply has put back what it could; the undo must not try again and keep the
-		// record for a GPU that refuses both.
-		undone := *rec
-		undone.Sharing = nil
-		p.undo(ctx, l, &undone)
-		return err
+	for _, s := range p.stepsFor(rec, phaseApply) {
+		if err := s.apply(ctx, l, rec); err != nil {
+			// apply has put back what it could; the undo must not try again and keep the
+			// record for a GPU that refuses both.
+			p.undo(ctx, l, rec, s)
+			return err
+		}
 	}
 	if err := p.spec.apply(rec, spec); err != nil {
-		p.undo(ctx, l, rec)
+		p.undo(ctx, l, rec, nil)
 		return err
 	}
 	return nil
 }
 
-// undo forgets rec after a failed prepare, under the node lock; what cannot be undone is
-// logged, the prepare's own error is what the kubelet sees.
-func (p *preparer) undo(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim) {
+// undo forgets rec after a failed prepare, under the node lock, but for the step failed (if
+// not nil), which put back its part itself; what cannot be undone is logged, the prepare's own
+// error is what the kubelet sees.
+func (p *preparer) undo(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, failed step) {
 	p.held.preparing(l, types.UID(rec.UID), false)
-	if err := p.forget(ctx, l, rec); err != nil {
+	if err := p.release(ctx, l, rec, failed); err != nil {
 		klog.FromContext(ctx).Error(err, "Undoing a failed prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
 }
 
 // reserve decides, under the node lock, whether this instance may prepare rec, and publishes
 // the decision as the record st staged. This is the driver's last line of defence against two
-// workloads sharing a device, so it decides against what is on disk (the index, which the lock
-// brings up to date), not against what this process remembers. If the claim is already
-// prepared it returns the record instead (the kubelet asks again after its own restart, or asks
-// the other instance of a rolling update).
-func (p *preparer) reserve(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, st *checkpoint.Staged) (*checkpoint.Claim, error) {
+// workloads sharing a device, so it decides against what is on disk (the holdings' answer s,
+// which the lock brought up to date), not against what this process remembers. If the claim is
+// already prepared it returns the record instead (the kubelet asks again after its own
+// restart, or asks the other instance of a rolling update). steps are rec's reserve steps.
+func (p *preparer) reserve(ctx context.Context, l *checkpoint.Locked, rec *checkpoint.Claim, st *checkpoint.Staged, s *standing, steps []step) (*checkpoint.Claim, error) {
 	ref := klog.KRef(rec.Namespace, rec.Name).String()
-	cur, found, err := p.held.current(rec)
-	if err != nil {
-		return nil, err
+	if s.err != nil {
+		return nil, s.err
 	}
-	if found {
+	if s.found {
+		cur := s.cur
 		switch {
 		case cur.State == checkpoint.StatePrepareCompleted:
 			return p.restore(ctx, l, &cur)
@@ -187,39 +287,38 @@ func (p *preparer) reserve(ctx context.Context, l *checkpoint.Locked, rec *check
 		}
 		// Half-done by an instance that died or by an earlier attempt of this one: start over,
 		// destroying the MIG instances it recorded.
-		if err := p.mig.release(ctx, &cur); err != nil {
+		if err := p.mig.release(ctx, l, &cur); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", ref, err)
 		}
 	}
 
 	// A device may have several holders (shares); each abandoned one is rolled back and the
-	// devices looked at again, until a live one refuses or none is left.
-	for {
-		oc, dev, err := p.held.blocking(l, rec)
-		if err != nil {
-			return nil, fmt.Errorf("claim %s: %w", ref, err)
-		}
-		if oc == nil {
-			break
-		}
-		klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", dev)
+	// holdings asked again, until a live one refuses or none is left.
+	for s.blocker != nil {
+		oc := s.blocker
+		klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its device", "claim", klog.KRef(oc.Namespace, oc.Name), "owner", oc.Owner, "device", s.blockerDev)
 		if err := p.forget(ctx, l, oc); err != nil {
 			return nil, err
 		}
+		*s = p.held.standing(l, rec, len(steps) > 0)
 	}
-	if err := p.sharing.conflicts(ref, rec); err != nil {
-		return nil, err
+	if s.blockErr != nil {
+		return nil, fmt.Errorf("claim %s: %w", ref, s.blockErr)
 	}
-	// Partitions of a MIG-mode GPU overlap without sharing a device name.
-	for _, o := range p.mig.overlapping(rec) {
-		if p.held.abandoned(l, o.claim) {
-			klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free its MIG slices", "claim", klog.KRef(o.claim.Namespace, o.claim.Name), "owner", o.claim.Owner)
-			if err := p.forget(ctx, l, o.claim); err != nil {
+	for _, step := range steps {
+		inWay, err := step.reserve(l, ref, rec, s)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range inWay {
+			if w.err != nil && !p.held.abandoned(l, w.claim) {
+				return nil, w.err
+			}
+			klog.FromContext(ctx).Info("Rolling back a claim whose preparation was abandoned, to free what it holds", "claim", klog.KRef(w.claim.Namespace, w.claim.Name), "owner", w.claim.Owner)
+			if err := p.forget(ctx, l, w.claim); err != nil {
 				return nil, fmt.Errorf("claim %s: %w", ref, err)
 			}
-			continue
 		}
-		return nil, fmt.Errorf("claim %s: MIG device %s overlaps what claim %s holds on GPU %s", ref, o.device, p.held.describe(types.UID(o.claim.UID)), o.parent)
 	}
 
 	if err := p.held.publish(l, rec, st); err != nil {
@@ -265,17 +364,24 @@ func (p *preparer) rewriteSpec(ctx context.Context, uid types.UID) (bool, error)
 	return true, nil
 }
 
-// forget removes every trace of a claim, under the lock: what its sharing set on the GPUs and
-// the MIG instances it created (if that fails the record stays, so that a retry can finish),
-// then its CDI spec and its record, and its entry in the index. Settings of a GPU that is lost
-// are left for the GPU's reset or the node's reboot (sharingStep.release, migStep.release): the
-// claim's pod must be able to terminate.
+// forget removes every trace of a claim, under the lock: each step's part (what its sharing
+// set on the GPUs, the MIG instances it created; if that fails the record stays, so that a
+// retry can finish), then its CDI spec and its record, and its entry in the index. Settings of
+// a GPU that is lost are left for the GPU's reset or the node's reboot (sharingStep.release,
+// migStep.release): the claim's pod must be able to terminate.
 func (p *preparer) forget(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim) error {
-	if err := p.sharing.release(ctx, c); err != nil {
-		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	if err := p.mig.release(ctx, c); err != nil {
-		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+	return p.release(ctx, l, c, nil)
+}
+
+// release is forget but for the step skip, if not nil.
+func (p *preparer) release(ctx context.Context, l *checkpoint.Locked, c *checkpoint.Claim, skip step) error {
+	for _, s := range p.stepsFor(c, phaseRelease) {
+		if s == skip {
+			continue
+		}
+		if err := s.release(ctx, l, c); err != nil {
+			return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
 	}
 	if err := p.spec.release(c); err != nil {
 		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
@@ -368,41 +474,51 @@ func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
 		p.abortMIG(cleanup, rec, created)
 		return err
 	}
-	return p.held.withLock(cleanup, func(l *checkpoint.Locked) error {
-		cur, found := p.held.resume(l, rec.UID)
-		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != p.n.instance {
-			// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
-			p.mig.destroyCreated(cleanup, rec, created)
-			return errors.New("the claim was unprepared while its MIG instances were being created")
-		}
-		if err := ctx.Err(); err != nil {
-			p.undo(cleanup, l, rec)
-			return fmt.Errorf("prepare cancelled before it was published: %w", context.Cause(ctx))
-		}
-		done := *rec
-		done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
-		spec, err := p.spec.build(&done)
-		if err != nil {
-			p.undo(cleanup, l, rec)
+	// The spec names the instances just made; it is built, as for any claim, before the hold.
+	done := *rec
+	done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
+	edits := p.spec.edits.Load()
+	spec, err := p.spec.build(&done)
+	if err != nil {
+		p.abortMIG(cleanup, rec, created)
+		return err
+	}
+	l, err := p.held.commit(ctx, rec, &done)
+	if l == nil {
+		return err
+	}
+	defer l.Unlock()
+	switch {
+	case errors.Is(err, errUnprepared):
+		// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
+		p.mig.destroyCreated(cleanup, l, rec, created)
+		return err
+	case err != nil:
+		p.undo(cleanup, l, rec, nil)
+		return err
+	}
+	*rec = done
+	if migCrash != nil {
+		migCrash("completed")
+	}
+	if p.spec.edits.Load() != edits {
+		// SetCommonEdits swapped the driver's files since the spec was built.
+		if spec, err = p.spec.build(rec); err != nil {
+			p.undo(cleanup, l, rec, nil)
 			return err
 		}
-		if err := p.held.put(l, &done); err != nil {
-			p.undo(cleanup, l, rec)
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		*rec = done
-		migCrash("completed")
-		return p.complete(cleanup, l, rec, spec)
-	})
+	}
+	return p.complete(cleanup, l, rec, spec)
 }
 
 // abortMIG undoes a dynamic-MIG prepare whose creation failed: under the node lock, the
 // instances it made are destroyed and its record goes, unless the record is no longer its own.
 func (p *preparer) abortMIG(ctx context.Context, rec *checkpoint.Claim, created []int) {
 	err := p.held.withLock(ctx, func(l *checkpoint.Locked) error {
-		cur, found := p.held.resume(l, rec.UID)
+		p.held.preparing(l, types.UID(rec.UID), false)
+		cur, found := p.held.get(rec.UID)
 		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != p.n.instance {
-			p.mig.destroyCreated(ctx, rec, created)
+			p.mig.destroyCreated(ctx, l, rec, created)
 			return nil
 		}
 		return p.forget(ctx, l, rec)

@@ -441,10 +441,10 @@ func sharingKey(s *checkpoint.Sharing) string {
 	return s.Strategy
 }
 
-// conflicts refuses rec if a claim holding a share of one of its GPUs was prepared with
-// another sharing strategy or time-slice: both are set on the whole GPU, so one of the two
-// claims would not get what it asked for. Called with the node lock held.
-func (sh *sharingStep) conflicts(ref string, rec *checkpoint.Claim) error {
+// reserve refuses rec if a claim holding a share of one of its GPUs was prepared with another
+// sharing strategy or time-slice: both are set on the whole GPU, so one of the two claims would
+// not get what it asked for. Called with the node lock held.
+func (sh *sharingStep) reserve(_ *checkpoint.Locked, ref string, rec *checkpoint.Claim, _ *standing) ([]inTheWay, error) {
 	mine := sharingKey(rec.Sharing)
 	for i := range rec.Devices {
 		pd := &rec.Devices[i]
@@ -453,12 +453,12 @@ func (sh *sharingStep) conflicts(ref string, rec *checkpoint.Claim) error {
 		}
 		for _, oc := range sh.held.sharers(pd, types.UID(rec.UID)) {
 			if theirs := sharingKey(oc.Sharing); theirs != mine {
-				return fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
+				return nil, fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
 					ref, pd.Device, oc.Namespace, oc.Name, oc.UID, theirs, ref, mine)
 			}
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // timeSliced are the distinct GPUs (UUIDs) of c whose time-slice its sharing sets.
@@ -474,7 +474,7 @@ func timeSliced(c *checkpoint.Claim) []string {
 // lock held, right after the claim's record was published: a GPU's settings and its MPS daemon
 // (started by its first share and stopped by its last, which either instance of the plugin may
 // prepare) change only together with the records that say which claims count on them.
-func (sh *sharingStep) apply(ctx context.Context, rec *checkpoint.Claim) error {
+func (sh *sharingStep) apply(ctx context.Context, _ *checkpoint.Locked, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
 		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
 		// driver does it. The record, written already, says to put DEFAULT back.
@@ -540,7 +540,7 @@ func (sh *sharingStep) usedByOther(uuid string, self types.UID, of func(*checkpo
 // able to terminate, so its failures are logged and the release goes on. Records of an earlier
 // boot are not in the index and need nothing: the driver reset the GPUs when it loaded. Called
 // with the node lock held.
-func (sh *sharingStep) release(ctx context.Context, c *checkpoint.Claim) error {
+func (sh *sharingStep) release(ctx context.Context, _ *checkpoint.Locked, c *checkpoint.Claim) error {
 	if _, indexed := sh.held.get(c.UID); !indexed {
 		return nil
 	}

@@ -48,9 +48,13 @@ func (s *specStep) build(rec *checkpoint.Claim) (*specs.Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec: control device nodes: %w", err)
 	}
+	var mounts []*specs.Mount
+	if rec.Sharing != nil {
+		mounts = s.sharing.mounts(rec)
+	}
 	spec, err := s.n.opts.CDI.Build(cdi.Claim{
 		UID: rec.UID, Requests: requests, Common: s.edits.Load(),
-		Control: control, Env: rec.Env, Mounts: s.sharing.mounts(rec),
+		Control: control, Env: rec.Env, Mounts: mounts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec: %w", err)
