@@ -151,6 +151,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		publishable: map[string]bool{},
 		migParents:  map[string]bool{},
 		instance:    newInstanceID(),
+		now:         time.Now,
 	}
 	for _, p := range opts.Inventory.MIGParents {
 		n.migParents[p.GPU.Name] = true
@@ -229,7 +230,7 @@ func (d *Driver) wire(n *node) {
 	d.sharing = &sharingStep{n: n, held: d.held}
 	d.mig = &migStep{n: n, held: d.held}
 	d.spec = &specStep{n: n, mig: d.mig, sharing: d.sharing}
-	d.prep = &preparer{n: n, held: d.held, spec: d.spec, mig: d.mig, sharing: d.sharing}
+	d.prep = &preparer{n: n, held: d.held, graves: newTombstones(n), spec: d.spec, mig: d.mig, sharing: d.sharing}
 	d.rec = &reconciler{n: n, held: d.held, prep: d.prep}
 	d.gc = &collector{n: n, held: d.held, prep: d.prep, since: map[types.UID]time.Time{}}
 }
@@ -275,10 +276,13 @@ func (d *Driver) PreparedClaims() []types.UID {
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	// The prepares began when the call came: a claim unprepared since must not be prepared
+	// by this call (tombstones).
+	began := d.node.now()
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		start := time.Now()
-		devs, err := d.prep.prepare(ctx, claim)
+		devs, err := d.prep.prepare(ctx, claim, began)
 		outcome := "success"
 		if err != nil {
 			outcome = "error"

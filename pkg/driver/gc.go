@@ -33,6 +33,7 @@ const (
 // GCReport says what one pass of the collection did, for logs and tests.
 type GCReport struct {
 	Dropped      []string // records of claims the API server no longer allocates here
+	Tombstones   []string // tombstones of unprepares older than tombstoneTTL, by claim UID
 	Waiting      []string // records that would go, once their grace period is over
 	Orphans      []string // CDI specs without a record
 	RolledBack   []string // half-prepared claims of dead instances
@@ -77,7 +78,7 @@ func (g *collector) run(ctx context.Context, interval, grace time.Duration) {
 				logger.Error(err, "Garbage collection")
 			}
 			if len(rep.Dropped)+len(rep.Orphans)+len(rep.RolledBack)+len(rep.MIGDestroyed)+len(rep.MPSStopped) > 0 {
-				logger.Info("Garbage collected", "dropped", rep.Dropped, "orphans", rep.Orphans, "rolledBack", rep.RolledBack, "migDestroyed", rep.MIGDestroyed, "mpsStopped", rep.MPSStopped)
+				logger.Info("Garbage collected", "dropped", rep.Dropped, "orphans", rep.Orphans, "rolledBack", rep.RolledBack, "migDestroyed", rep.MIGDestroyed, "mpsStopped", rep.MPSStopped, "tombstones", len(rep.Tombstones))
 			}
 		}
 	}
@@ -116,6 +117,12 @@ func (g *collector) collect(ctx context.Context, now time.Time, grace time.Durat
 			}
 			rep.Orphans = append(rep.Orphans, uid)
 		}
+		// A tombstone that cannot be removed now is removed by a later pass.
+		gone, err := g.prep.graves.sweep()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Removing expired tombstones of unprepares")
+		}
+		rep.Tombstones = gone
 		rep.MIGDestroyed = g.prep.mig.sweep(ctx)
 		rep.MPSStopped = g.prep.sharing.sweep(ctx)
 		return nil

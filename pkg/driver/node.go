@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"time"
+
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -19,6 +21,9 @@ type node struct {
 	// instance names this process in PrepareStarted records; its liveness is a flock the
 	// checkpoint holds (checkpoint.Locked.Register).
 	instance string
+	// now is the wall clock, time.Now but in tests: when a prepare began, when a claim was
+	// unprepared (tombstones).
+	now func() time.Time
 }
 
 // warn sends a warning event, if the driver has somewhere to send it.

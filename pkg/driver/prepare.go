@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,6 +46,7 @@ import (
 type preparer struct {
 	n       *node
 	held    *holdings
+	graves  *tombstones
 	spec    *specStep
 	mig     *migStep
 	sharing *sharingStep
@@ -54,8 +56,9 @@ type preparer struct {
 	claimLocks [64]sync.Mutex
 
 	// hook, if set (tests only), is called at the points where a prepare or an unprepare runs
-	// without the node lock, so that a test can run another instance's call right there.
-	hook func(point string)
+	// without the node lock, so that a test can run another instance's call right there, and
+	// where a prepare begins ("prepare:start").
+	hook func(ctx context.Context, point string)
 }
 
 // step is one concern of a claim's preparation beyond its record and its CDI spec: the
@@ -150,7 +153,8 @@ func (p *preparer) claimLock(uid types.UID) *sync.Mutex {
 	return &p.claimLocks[h.Sum32()%uint32(len(p.claimLocks))]
 }
 
-func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, start time.Time) ([]kubeletplugin.Device, error) {
+	p.at(ctx, "prepare:start")
 	lock := p.claimLock(claim.UID)
 	lock.Lock()
 	defer lock.Unlock()
@@ -182,8 +186,8 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 	}
 	defer st.Discard()
 
-	p.at("prepare:unlocked")
-	answer, err := p.hold(ctx, rec, st, spec, edits, twoPhase)
+	p.at(ctx, "prepare:unlocked")
+	answer, err := p.hold(ctx, rec, st, spec, edits, twoPhase, start)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +204,8 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 // hold is a prepare's hold of the node lock: reserve and commit, and for a claim prepared in
 // one phase apply. It returns the claim's record if the claim was already prepared, or once it
 // is, and nil for a two-phase claim whose PrepareStarted record it published.
-func (p *preparer) hold(ctx context.Context, rec *checkpoint.Claim, st *checkpoint.Staged, spec *specs.Spec, edits *specs.ContainerEdits, twoPhase bool) (*checkpoint.Claim, error) {
+// start is when the prepare began.
+func (p *preparer) hold(ctx context.Context, rec *checkpoint.Claim, st *checkpoint.Staged, spec *specs.Spec, edits *specs.ContainerEdits, twoPhase bool, start time.Time) (*checkpoint.Claim, error) {
 	ref := klog.KRef(rec.Namespace, rec.Name)
 	steps := p.stepsFor(rec, phaseReserve)
 	l, s, err := p.held.lockFor(ctx, rec, len(steps) > 0)
@@ -213,6 +218,11 @@ func (p *preparer) hold(ctx context.Context, rec *checkpoint.Claim, st *checkpoi
 	// already. A cancelled prepare must not publish: nobody would unprepare it.
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("claim %s: prepare cancelled before it was published: %w", ref, context.Cause(ctx))
+	}
+	// The cancellation may reach this process only after the other instance ran the unprepare:
+	// the unprepare's tombstone says so (tombstone.go).
+	if err := p.graves.refuses(types.UID(rec.UID), start); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", ref, err)
 	}
 	existing, err := p.reserve(ctx, l, rec, st, &s, steps)
 	switch {
@@ -397,11 +407,19 @@ func (p *preparer) unprepare(ctx context.Context, c kubeletplugin.NamespacedObje
 	lock := p.claimLock(c.UID)
 	lock.Lock()
 	defer lock.Unlock()
-	p.at("unprepare:unlocked")
+	p.at(ctx, "unprepare:unlocked")
 	// One hold for everything: a prepare of the same claim on the other instance (whose
 	// context the kubelet cancelled) either published before it, and is undone here whole, or
 	// comes after it and publishes nothing.
 	err := p.held.withLock(ctx, func(l *checkpoint.Locked) error {
+		// A prepare of the claim that began before this unprepare, on the other instance, may
+		// still be on its way to the lock with a context not yet cancelled: the tombstone
+		// stops it from publishing (tombstone.go). Failing to leave one fails no unprepare,
+		// which the pod's termination waits for.
+		if err := p.graves.bury(l, c.UID); err != nil {
+			p.n.opts.Metrics.CheckpointErrors.WithLabelValues("write").Inc()
+			klog.FromContext(ctx).Error(err, "Recording the unprepare; a prepare of the claim that began before it could still publish", "claim", c.NamespacedName)
+		}
 		cur, found := p.held.get(string(c.UID))
 		if !found {
 			// Nothing recorded; a spec without record is removed all the same.
@@ -452,9 +470,9 @@ func toKubelet(rec *checkpoint.Claim) []kubeletplugin.Device {
 }
 
 // at calls the test hook for point.
-func (p *preparer) at(point string) {
+func (p *preparer) at(ctx context.Context, point string) {
 	if p.hook != nil {
-		p.hook(point)
+		p.hook(ctx, point)
 	}
 }
 

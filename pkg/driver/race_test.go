@@ -28,7 +28,7 @@ import (
 // pauseAt makes d run fn once, when it reaches point.
 func pauseAt(d *Driver, point string, fn func()) {
 	var once sync.Once
-	d.prep.hook = func(p string) {
+	d.prep.hook = func(_ context.Context, p string) {
 		if p == point {
 			once.Do(fn)
 		}
