@@ -21,7 +21,9 @@ func main() {
 		os.Exit(smi.Main(args))
 	case "nvidia-cuda-mps-control":
 		os.Exit(mpscontrol.Main(args))
-	case "nvidia-cuda-mps-server", "nvidia-debugdump", "nvidia-persistenced":
+	case "nvidia-cuda-mps-server":
+		os.Exit(mpscontrol.ServerMain(args))
+	case "nvidia-debugdump", "nvidia-persistenced":
 		os.Exit(inert.Main(name, args, os.Stdout, os.Stderr))
 	default:
 		fmt.Fprintf(os.Stderr, "%s: the NVIDIA driver's tools of the accel-dra GPU mock; run it as (a copy or link named) nvidia-smi, nvidia-cuda-mps-control, nvidia-cuda-mps-server, nvidia-debugdump or nvidia-persistenced\n", name)

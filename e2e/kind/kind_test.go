@@ -50,6 +50,7 @@ func TestKind(t *testing.T) {
 		t.Run("npu", func(t *testing.T) { conformance(ctx, t, e.conformanceTarget(), npuClass, npuClass) })
 	})
 	t.Run("RollingUpgrade", func(t *testing.T) { e.testRollingUpgrade(ctx, t) })
+	t.Run("MPSNode", func(t *testing.T) { e.testMPSNode(ctx, t) })
 	t.Run("UninstallRefused", func(t *testing.T) { e.testUninstallRefused(ctx, t) })
 	t.Run("Uninstall", func(t *testing.T) { e.testUninstall(ctx, t) })
 	t.Run("TwoReleases", func(t *testing.T) { e.testTwoReleases(ctx, t) })

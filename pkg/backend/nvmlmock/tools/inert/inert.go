@@ -1,5 +1,5 @@
 // Package inert stands in for the driver tools that a mock GPU gives nothing to do
-// (nvidia-debugdump, nvidia-persistenced, nvidia-cuda-mps-server): the NVIDIA toolkit mounts
+// (nvidia-debugdump, nvidia-persistenced): the NVIDIA toolkit mounts
 // them into containers, so the mock's driver root has them, and each says that it is the mock's
 // and fails, rather than pretend to have dumped, persisted or served anything.
 package inert

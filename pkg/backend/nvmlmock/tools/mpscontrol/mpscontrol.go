@@ -13,13 +13,21 @@
 // check that it is the claim's shm directory, which the claim's containers get, and of its root
 // ("daemon root dev=<n> ino=<n>"), which is the driver root when it runs chrooted into one.
 //
-// As `alloc <MiB>` it stands in for a CUDA process of a container that the daemon serves, and
-// applies the pinned memory limit as an MPS server does: the client's
-// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("<ordinal>=<n>M|G", ordinals of the devices the daemon
-// serves, by its CUDA_VISIBLE_DEVICES), bounded by the daemon's
+// As `alloc <MiB>` it stands in for a CUDA process of a container that the daemon serves. As
+// the real daemon does for a new client (nvidia-cuda-mps-control(1)), the daemon starts an MPS
+// server (nvidia-cuda-mps-server, this binary under that name) with the client's user ID, which
+// it reads from the control socket's peer credentials: it forks, setuid()s and execs the server,
+// which connects to the daemon through the pipe directory by path, as that user
+// (bottlerocket-os/bottlerocket#4673 shows the real server's system calls). A server that cannot
+// reach the pipe directory fails, and the client with CUDA's CUDA_ERROR_MPS_CONNECTION_FAILED
+// message (exit 1). The daemon then applies the pinned memory limit as an MPS server does: the
+// client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("<ordinal>=<n>M|G", ordinals of the devices the
+// daemon serves, by its CUDA_VISIBLE_DEVICES), bounded by the daemon's
 // set_default_device_pinned_mem_limit for that device. An allocation above the limit fails
 // (exit 2, "out of memory"); a limit naming a device the daemon does not serve is an error
-// (exit 1). It logs each allocation with the limit it had ("client ... limit=<n>M").
+// (exit 1). The daemon logs each client and server ("new client pid=<n> uid=<n>", "server
+// started uid=<n>" or "server uid=<n> failed: ...", "client ... limit=<n>M ..."); the client
+// needs only the pipe directory, as a real one.
 package mpscontrol
 
 import (
@@ -28,11 +36,15 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ShmMarker is the file the daemon writes into its /dev/shm.
@@ -65,11 +77,14 @@ func Main(args []string) int {
 
 func run(args []string) error {
 	pipe, log := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"), os.Getenv("CUDA_MPS_LOG_DIRECTORY")
-	if pipe == "" || log == "" {
-		return fail("CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY must be set")
+	if pipe == "" {
+		return fail("CUDA_MPS_PIPE_DIRECTORY must be set")
 	}
 	switch {
 	case len(args) == 1 && args[0] == "-f":
+		if log == "" {
+			return fail("CUDA_MPS_LOG_DIRECTORY must be set for the daemon")
+		}
 		return daemon(pipe, log)
 	case len(args) == 0:
 		return client(pipe)
@@ -78,7 +93,7 @@ func run(args []string) error {
 		if err != nil {
 			return fail("alloc: " + err.Error())
 		}
-		return alloc(pipe, log, want)
+		return alloc(pipe, want)
 	default:
 		return fail(fmt.Sprintf("unsupported arguments %q", args))
 	}
@@ -119,44 +134,209 @@ func daemon(pipe, log string) error {
 	if err != nil {
 		return fail(err.Error())
 	}
-	quit := make(chan struct{})
+	// Clients of every user connect to the real daemon (its log says "NEW CLIENT <pid> from
+	// user <uid>", bottlerocket-os/bottlerocket#4673); what keeps a user out is the path to
+	// the pipe directory, not the socket.
+	if err := os.Chmod("control", 0o666); err != nil {
+		return fail(err.Error())
+	}
+	d := &daemonState{pipe: pipe, log: log, devices: strings.Split(os.Getenv("CUDA_VISIBLE_DEVICES"), ","), defaults: map[string]int64{}, quit: make(chan struct{})}
 	go func() {
 		for {
 			conn, err := l.Accept()
 			if err != nil {
 				return
 			}
-			if serve(conn, log) {
-				close(quit)
-				return
-			}
+			// A client waits for the server of its user, which connects to this socket too.
+			go d.serve(conn)
 		}
 	}()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case <-sig:
-	case <-quit:
+	case <-d.quit:
 	}
 	err = record(log, "daemon exiting")
 	_ = l.Close()
 	return err
 }
 
-// serve answers one client's commands and reports whether one was quit.
-func serve(conn net.Conn, log string) (quit bool) {
+// daemonState is what the daemon keeps while it runs: the defaults it was given.
+type daemonState struct {
+	pipe, log string
+	devices   []string
+	mu        sync.Mutex
+	defaults  map[string]int64
+	quitOnce  sync.Once
+	quit      chan struct{}
+}
+
+// clientPrefix starts the line a client (alloc) sends: the stand-in's own protocol for what a
+// CUDA client asks of the daemon and its server.
+const clientPrefix = "client-alloc "
+
+// serverPrefix starts the line a server sends when it has started.
+const serverPrefix = "server-started "
+
+// serve answers one connection: a client's request, a server's start, or the commands of
+// nvidia-cuda-mps-control.
+func (d *daemonState) serve(conn net.Conn) {
 	defer conn.Close()
 	sc := bufio.NewScanner(conn)
 	for sc.Scan() {
 		c := strings.TrimSpace(sc.Text())
-		if c == "" {
+		switch {
+		case c == "":
 			continue
+		case strings.HasPrefix(c, clientPrefix):
+			d.client(conn, strings.TrimPrefix(c, clientPrefix))
+			return
+		case strings.HasPrefix(c, serverPrefix):
+			_ = record(d.log, "server started "+strings.TrimPrefix(c, serverPrefix))
+			return
 		}
-		_ = record(log, "command "+c)
-		// get_server_list: no server runs, so the list is empty.
-		quit = quit || c == "quit"
+		_ = record(d.log, "command "+c)
+		// get_server_list: no server runs between clients, so the list is empty.
+		if f := strings.Fields(c); len(f) == 3 && f[0] == "set_default_device_pinned_mem_limit" {
+			if n, err := mib(f[2]); err == nil {
+				d.mu.Lock()
+				d.defaults[f[1]] = n
+				d.mu.Unlock()
+			}
+		}
+		if c == "quit" {
+			d.quitOnce.Do(func() { close(d.quit) })
+		}
 	}
-	return quit
+}
+
+// client serves an allocation: as the real daemon does for a new client, it starts an MPS
+// server with the client's user ID (from the socket's peer credentials) and the daemon's own
+// environment, which must reach the pipe directory as that user; then it applies the limits.
+// It answers "ok", "oom" or "error <why>".
+func (d *daemonState) client(conn net.Conn, request string) {
+	answer := func(s string) { _, _ = fmt.Fprintln(conn, s) }
+	cred, err := peerCred(conn)
+	if err != nil {
+		answer("error " + err.Error())
+		return
+	}
+	_ = record(d.log, fmt.Sprintf("new client pid=%d uid=%d", cred.Pid, cred.Uid))
+	if err := startServer(cred.Uid, cred.Gid); err != nil {
+		_ = record(d.log, fmt.Sprintf("server uid=%d failed: %v", cred.Uid, err))
+		answer(fmt.Sprintf("error the MPS server for user %d did not start: %v", cred.Uid, err))
+		return
+	}
+	f := strings.Fields(request)
+	if len(f) < 1 {
+		answer("error bad request")
+		return
+	}
+	want, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		answer("error " + err.Error())
+		return
+	}
+	env := map[string]string{}
+	for _, kv := range f[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if len(d.devices) == 0 || d.devices[0] == "" {
+		answer("error the MPS daemon serves no device")
+		return
+	}
+	d.mu.Lock()
+	limit, ok := d.defaults[d.devices[0]]
+	d.mu.Unlock()
+	if !ok {
+		limit = -1
+	}
+	if v := env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; v != "" {
+		for _, entry := range strings.Split(v, ",") {
+			dev, value, found := strings.Cut(entry, "=")
+			ordinal, err := strconv.Atoi(dev)
+			if !found || err != nil || ordinal < 0 || ordinal >= len(d.devices) {
+				answer(fmt.Sprintf("error CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s: invalid device %q (the server has %d)", v, dev, len(d.devices)))
+				return
+			}
+			n, err := mib(value)
+			if err != nil {
+				answer("error " + err.Error())
+				return
+			}
+			// A client may lower the server's limit, never raise it.
+			if ordinal == 0 && (limit < 0 || n < limit) {
+				limit = n
+			}
+		}
+	}
+	line := fmt.Sprintf("client pid=%d uid=%d device=%s limit=%dM threads=%s alloc=%dM", cred.Pid, cred.Uid, d.devices[0], limit, env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], want)
+	if limit >= 0 && want > limit {
+		_ = record(d.log, line+" out of memory")
+		answer("oom")
+		return
+	}
+	_ = record(d.log, line+" ok")
+	answer("ok")
+}
+
+// peerCred is the user of the process at the other end of conn.
+func peerCred(conn net.Conn) (*unix.Ucred, error) {
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) { cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return nil, err
+	}
+	return cred, credErr
+}
+
+// startServer runs nvidia-cuda-mps-server (this binary under that name, as the driver installs
+// it beside the control binary) as user uid, as the real daemon does: it forks, setuid()s to
+// the client's user and execs the server, which then opens the pipe directory by path as that
+// user. A server that cannot reach it fails, and so does the client's first CUDA call.
+func startServer(uid, gid uint32) error {
+	self, err := exec.LookPath(os.Args[0])
+	if err != nil {
+		return err
+	}
+	// Stdin of its own: a driver root it runs chrooted into may have no /dev/null.
+	cmd := &exec.Cmd{Path: self, Args: []string{"nvidia-cuda-mps-server"}, Env: os.Environ(), Dir: "/", Stdin: strings.NewReader("")}
+	if uid != uint32(os.Getuid()) || gid != uint32(os.Getgid()) {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ServerMain is nvidia-cuda-mps-server: started by the daemon with its environment, it
+// reaches the daemon through the pipe directory, as its user, and says that it started. Run
+// by anyone else (no CUDA_MPS_PIPE_DIRECTORY) it has nothing to serve.
+func ServerMain(args []string) int {
+	pipe := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	if pipe == "" || len(args) > 0 {
+		fmt.Fprintln(os.Stderr, "nvidia-cuda-mps-server (accel-dra mock): started by nvidia-cuda-mps-control only")
+		return 1
+	}
+	conn, err := dial(pipe)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nvidia-cuda-mps-server (accel-dra mock): user %d: %v\n", os.Getuid(), err)
+		return 1
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "%suid=%d\n", serverPrefix, os.Getuid()); err != nil {
+		fmt.Fprintf(os.Stderr, "nvidia-cuda-mps-server (accel-dra mock): %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // client sends the commands on stdin to the daemon and copies its answers to stdout.
@@ -184,65 +364,40 @@ func dial(pipe string) (net.Conn, error) {
 	return net.Dial("unix", "control")
 }
 
-// alloc allocates want MiB on the client's device 0 under the limits a server would apply.
-func alloc(pipe, log string, want int64) error {
+// connectionFailed is CUDA's message for CUDA_ERROR_MPS_CONNECTION_FAILED, what a CUDA call
+// returns when the daemon or the server cannot be reached.
+const connectionFailed = "CUDA error: MPS client failed to connect to the MPS control daemon or the MPS server"
+
+// alloc allocates want MiB on the client's device 0 under the limits a server would apply: it
+// asks the daemon, which starts a server as the client's user, with the client's MPS variables.
+func alloc(pipe string, want int64) error {
 	conn, err := dial(pipe)
 	if err != nil {
-		return fail("cannot connect to the MPS control daemon: " + err.Error())
+		return fail(connectionFailed + ": " + err.Error())
 	}
-	_ = conn.Close()
-	b, err := os.ReadFile(filepath.Join(log, "control.log"))
-	if err != nil {
-		return fail(err.Error())
-	}
-	// What the daemon serves and the defaults it was given, as of its last start.
-	var devices []string
-	defaults := map[string]int64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "daemon started "); ok {
-			_, visible, _ := strings.Cut(rest, "CUDA_VISIBLE_DEVICES=")
-			devices, defaults = strings.Split(visible, ","), map[string]int64{}
-		}
-		if f := strings.Fields(line); len(f) == 4 && f[0] == "command" && f[1] == "set_default_device_pinned_mem_limit" {
-			n, err := mib(f[3])
-			if err != nil {
-				return err
-			}
-			defaults[f[2]] = n
+	defer conn.Close()
+	req := fmt.Sprintf("%s%d", clientPrefix, want)
+	for _, k := range []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"} {
+		if v := os.Getenv(k); v != "" {
+			req += " " + k + "=" + v
 		}
 	}
-	if len(devices) == 0 || devices[0] == "" {
-		return fail("the MPS daemon serves no device")
+	if _, err := fmt.Fprintln(conn, req); err != nil {
+		return fail(connectionFailed + ": " + err.Error())
 	}
-	limit, ok := defaults[devices[0]]
-	if !ok {
-		limit = -1
-	}
-	if v := os.Getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"); v != "" {
-		for _, entry := range strings.Split(v, ",") {
-			dev, value, found := strings.Cut(entry, "=")
-			ordinal, err := strconv.Atoi(dev)
-			if !found || err != nil || ordinal < 0 || ordinal >= len(devices) {
-				return fail(fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s: invalid device %q (the server has %d)", v, dev, len(devices)))
-			}
-			n, err := mib(value)
-			if err != nil {
-				return err
-			}
-			// A client may lower the server's limit, never raise it.
-			if ordinal == 0 && (limit < 0 || n < limit) {
-				limit = n
-			}
-		}
-	}
-	line := fmt.Sprintf("client pid=%d device=%s limit=%dM threads=%s alloc=%dM", os.Getpid(), devices[0], limit, os.Getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), want)
-	if limit >= 0 && want > limit {
-		if err := record(log, line+" out of memory"); err != nil {
-			return err
-		}
+	answer, err := bufio.NewReader(conn).ReadString('\n')
+	answer = strings.TrimSpace(answer)
+	switch {
+	case answer == "ok":
+		return nil
+	case answer == "oom":
 		return &exitError{code: 2, msg: "CUDA error: out of memory"}
+	case strings.HasPrefix(answer, "error the MPS server"):
+		return fail(connectionFailed + " (" + strings.TrimPrefix(answer, "error ") + ")")
+	case strings.HasPrefix(answer, "error "):
+		return fail(strings.TrimPrefix(answer, "error "))
 	}
-	return record(log, line+" ok")
+	return fail(fmt.Sprintf("%s: no answer from the daemon (%v)", connectionFailed, err))
 }
 
 // mib parses a limit as MPS writes them: <n>M or <n>G.
