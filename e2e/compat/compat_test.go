@@ -279,9 +279,9 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipe, logDir := e.mps.Dirs(string(claim.UID))
-	if !hasDevice(rec, "/dev/nvidia4") || !slices.Contains(rec.Env, "CUDA_MPS_PIPE_DIRECTORY="+pipe) {
-		t.Errorf("devices %v, env %v; want the L4 (gpu-4) and the claim's MPS pipe %s", devicePaths(rec), rec.Env, pipe)
+	_, logDir := e.mps.Dirs(string(claim.UID))
+	if !hasDevice(rec, "/dev/nvidia4") || !slices.Contains(rec.Env, "CUDA_MPS_PIPE_DIRECTORY="+sharing.PipeDir) {
+		t.Errorf("devices %v, env %v; want the L4 (gpu-4) and the MPS pipe %s", devicePaths(rec), rec.Env, sharing.PipeDir)
 	}
 	// NVIDIA's mpsConfig reached the claim's daemon (the stand-in logs what it was told).
 	uuid := *e.devices["gpu-4"].Attributes["uuid"].StringValue

@@ -599,8 +599,19 @@ func (e *env) testNodeScopedMPSDaemons(ctx context.Context, t *testing.T, r *hel
 		t.Fatalf("the policy never refused a daemon pod of another node: %v", err)
 	}
 
-	// Its own node's daemon pod: create, read, list, delete.
-	own, err := mine.Create(ctx, daemon("mps-node-a", "GPU-a"), metav1.CreateOptions{})
+	// Its own node's daemon pod, owned by its Node as Start makes it: create, read, list,
+	// delete. Owned by another node it is refused.
+	nodeA, err := e.client.CoreV1().Nodes().Get(ctx, "mps-node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownerB := daemon("mps-node-a", "GPU-o")
+	ownerB.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "mps-node-b", UID: "uid-b", Controller: ptr.To(true)}}
+	_, err = mine.Create(ctx, ownerB, dryRun)
+	wantForbidden(t, "plugin creating a daemon pod owned by another node", err, "only the plugin's own Node as its owner")
+	ownPod := daemon("mps-node-a", "GPU-a")
+	ownPod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "mps-node-a", UID: nodeA.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}
+	own, err := mine.Create(ctx, ownPod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("plugin on mps-node-a creating its daemon pod: %v", err)
 	}

@@ -51,17 +51,16 @@ func TestMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !contains(rec.Env, "CUDA_MPS_PIPE_DIRECTORY="+pipe) || !contains(rec.Env, "CUDA_MPS_LOG_DIRECTORY="+logDir) {
+	// The container sees the claim's directories where a user of any UID reaches them.
+	if !contains(rec.Env, "CUDA_MPS_PIPE_DIRECTORY="+sharing.PipeDir) || !contains(rec.Env, "CUDA_MPS_LOG_DIRECTORY="+sharing.LogDir) {
 		t.Errorf("container environment lacks the MPS directories: %v", rec.Env)
 	}
-	mounted := map[string]bool{}
+	mounted := map[string]string{}
 	for _, m := range rec.Mounts {
-		if m.Source == m.Destination {
-			mounted[m.Destination] = true
-		}
+		mounted[m.Destination] = m.Source
 	}
-	if !mounted[pipe] || !mounted[logDir] {
-		t.Errorf("container mounts lack %s and %s: %+v", pipe, logDir, rec.Mounts)
+	if mounted[sharing.PipeDir] != pipe || mounted[sharing.LogDir] != logDir {
+		t.Errorf("container mounts lack %s at %s and %s at %s: %+v", pipe, sharing.PipeDir, logDir, sharing.LogDir, rec.Mounts)
 	}
 	slices, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, nodeName, 8)
 	if err != nil {

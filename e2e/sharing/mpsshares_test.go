@@ -21,6 +21,7 @@ import (
 	"github.com/accel-dra/accel-dra/e2e/framework"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/driver"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
 
 // testMPSShares: three pods with MPS claims of 20, 20 and 40 GiB land on one 80 GiB GPU, and
@@ -78,10 +79,11 @@ func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slice
 	}
 
 	// allocate runs a CUDA process of the container rec: the stand-in client, with the
-	// container's environment, against the daemon its pipe directory names.
+	// container's environment, against the daemon its pipe directory names; here, on the host,
+	// by the host's path of the directory the container has at sharing.PipeDir.
 	allocate := func(rec fakecri.ContainerRecord, mib int64) error {
 		cmd := exec.CommandContext(ctx, ctl, "alloc", fmt.Sprint(mib))
-		cmd.Env = rec.Env
+		cmd.Env = append(append([]string(nil), rec.Env...), "CUDA_MPS_PIPE_DIRECTORY="+pipe)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
@@ -95,7 +97,7 @@ func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slice
 			t.Fatal(err)
 		}
 		recs[s.name] = rec
-		for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + logDir,
+		for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + sharing.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + sharing.LogDir,
 			fmt.Sprintf("%s=0=%dM", driver.EnvMPSPinnedMemoryLimit, s.limitMiB)} {
 			if !contains(rec.Env, want) {
 				t.Errorf("pod p-%s: environment lacks %s: %v", s.name, want, rec.Env)

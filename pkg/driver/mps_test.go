@@ -122,7 +122,9 @@ func TestMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + logDir, `"hostPath":"` + pipe + `"`, `"containerPath":"` + logDir + `"`,
+	// The containers see the directories where any user reaches them (docs/sharing.md).
+	for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + sharing.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + sharing.LogDir,
+		`"hostPath":"` + pipe + `","containerPath":"` + sharing.PipeDir + `"`, `"hostPath":"` + logDir + `","containerPath":"` + sharing.LogDir + `"`,
 		`"hostPath":"` + m.ShmDir("m1") + `","containerPath":"/dev/shm"`} {
 		if !strings.Contains(string(spec), want) {
 			t.Errorf("CDI spec lacks %s:\n%s", want, spec)
@@ -375,7 +377,7 @@ func TestMPSShares(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir, `"hostPath":"`+m.ShmDir(u0)+`","containerPath":"/dev/shm"`)
+		want = append(want, "CUDA_MPS_PIPE_DIRECTORY="+sharing.PipeDir, `"hostPath":"`+pipe+`","containerPath":"`+sharing.PipeDir+`"`, `"hostPath":"`+m.ShmDir(u0)+`","containerPath":"/dev/shm"`)
 		for _, w := range want {
 			if !strings.Contains(string(spec), w) {
 				t.Errorf("spec of %s lacks %s:\n%s", c, w, spec)

@@ -308,8 +308,7 @@ func (sh *sharingStep) env(rec *checkpoint.Claim) []string {
 	if !isMPS(rec) || sh.n.opts.MPS == nil {
 		return nil
 	}
-	pipe, log := sh.n.opts.MPS.Dirs(mpsDaemon(rec))
-	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
+	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + sharing.PipeDir, "CUDA_MPS_LOG_DIRECTORY=" + sharing.LogDir}
 	uuid, shared := mpsShareGPU(rec)
 	if !shared {
 		return env
@@ -330,8 +329,10 @@ const (
 	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
-// mounts are the claim's MPS directories, at the same paths in the container, and the
-// daemon's tmpfs as the container's /dev/shm (it replaces the runtime's own /dev/shm mount).
+// mounts are the claim's MPS directories, at sharing.PipeDir and sharing.LogDir in the
+// container (where NVIDIA's driver mounts them: a container of any user reaches them, not
+// through the host's /var/lib/kubelet), and the daemon's tmpfs as the container's /dev/shm (it
+// replaces the runtime's own /dev/shm mount).
 func (sh *sharingStep) mounts(rec *checkpoint.Claim) []*specs.Mount {
 	if !isMPS(rec) || sh.n.opts.MPS == nil {
 		return nil
@@ -339,8 +340,8 @@ func (sh *sharingStep) mounts(rec *checkpoint.Claim) []*specs.Mount {
 	key := mpsDaemon(rec)
 	pipe, log := sh.n.opts.MPS.Dirs(key)
 	return []*specs.Mount{
-		{HostPath: pipe, ContainerPath: pipe, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		{HostPath: log, ContainerPath: log, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		{HostPath: pipe, ContainerPath: sharing.PipeDir, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		{HostPath: log, ContainerPath: sharing.LogDir, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		{HostPath: sh.n.opts.MPS.ShmDir(key), ContainerPath: "/dev/shm", Type: "bind", Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	}
 }

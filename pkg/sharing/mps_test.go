@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,7 +210,8 @@ func TestMPSDaemonWithoutRunner(t *testing.T) {
 			fmt.Println(err)
 			os.Exit(1)
 		}
-		fmt.Println(syscall.Exec(bin, []string{bin, "-f"}, c.env(dir, nil)))
+		// Its pipe and log directories at their own paths, as the earlier version gave them.
+		fmt.Println(syscall.Exec(bin, []string{bin, "-f"}, []string{"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(dir, "pipe"), "CUDA_MPS_LOG_DIRECTORY=" + filepath.Join(dir, "log")}))
 		os.Exit(1)
 	}
 	m, bin := newMPS(t)
@@ -238,7 +240,7 @@ func TestMPSDaemonWithoutRunner(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- old.Wait() }()
-			if !poll(10*time.Second, func() bool { return (MPSControl{Path: bin}).Answering(ctx, filepath.Join(m.Root, key)) }) {
+			if !poll(10*time.Second, func() bool { return answersAt(bin, pipe) }) {
 				t.Fatal("the old daemon does not answer")
 			}
 			if running(t, m, key) {
@@ -409,4 +411,62 @@ func TestMPSAdoptionAcrossPIDNamespaces(t *testing.T) {
 	if !running(t, m, "c1") {
 		t.Error("the first instance's daemon no longer answers")
 	}
+}
+
+// answersAt reports whether a daemon answers on the pipe directory pipe, asked by a client
+// that names it by that path.
+func answersAt(bin, pipe string) bool {
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe}
+	cmd.Stdin = strings.NewReader("get_server_list\n")
+	return cmd.Run() == nil
+}
+
+// TestRunnerServesAfterSIGTERM: a runner that gets SIGTERM without having been asked to stop
+// (its pod evicted by kubectl drain) keeps its daemon serving, for the workloads that are
+// evicted with it; once the plugin asks it to stop (the last claim unprepared) it quits the
+// daemon and exits.
+func TestRunnerServesAfterSIGTERM(t *testing.T) {
+	m, _ := newMPS(t)
+	ctx := context.Background()
+	if _, err := m.Ensure(ctx, "evicted", []string{"GPU-a"}, MPSLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(m.Root, "evicted")
+	pid := runnerPID(t, dir)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if !runnerAlive(dir) || !running(t, m, "evicted") {
+		t.Fatal("the runner ended its daemon on SIGTERM without having been asked to stop")
+	}
+	if err := AskToStop(dir); err != nil {
+		t.Fatal(err)
+	}
+	if !poll(10*time.Second, func() bool { return !runnerAlive(dir) }) {
+		t.Fatal("the runner did not stop when asked")
+	}
+	_, logDir := m.Dirs("evicted")
+	if log, _ := os.ReadFile(filepath.Join(logDir, "control.log")); !strings.Contains(string(log), "daemon exiting") {
+		t.Errorf("the daemon was not quit:\n%s", log)
+	}
+}
+
+// runnerPID is the PID of the runner of the daemon directory dir, from /proc.
+func runnerPID(t *testing.T, dir string) int {
+	t.Helper()
+	want := DaemonCommand + "\x00run\x00--dir=" + dir + "\x00"
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); strings.Contains(string(b), want) {
+			return pid
+		}
+	}
+	t.Fatalf("no runner for %s", dir)
+	return 0
 }

@@ -22,13 +22,25 @@ const DefaultControlPath = "/usr/bin/nvidia-cuda-mps-control"
 // answers must not hold a probe, or the plugin, forever.
 const commandTimeout = 10 * time.Second
 
+// PipeDir and LogDir are where the daemon, and the containers it serves, see its pipe and log
+// directories (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY): MPS's own defaults, where
+// NVIDIA's DRA driver mounts them too (its MPS daemon template mounts them at
+// /driver-root/tmp/nvidia-mps and /driver-root/var/log/nvidia-mps and runs chrooted into
+// /driver-root; a claim's containers get the pipe directory at /tmp/nvidia-mps). The daemon
+// starts its server for a client as the client's user, and the server opens the pipe directory
+// by path as that user: the directories stay under the plugin's data directory on the host,
+// whose parents (/var/lib/kubelet, its plugins directory: mode 0750, the kubelet's) no user but
+// root may traverse, and are bind-mounted where every user reaches them.
+const (
+	PipeDir = "/tmp/nvidia-mps"
+	LogDir  = "/var/log/nvidia-mps"
+)
+
 // MPSControl says how nvidia-cuda-mps-control is run, as a daemon and as the client that sends
 // it commands. With a driver root it runs chrooted into it, as NVIDIA's DRA driver runs it: the
 // binary then finds the driver's own libraries and the server binary beside it, whatever the
-// plugin's image has, and needs no LD_LIBRARY_PATH pointing into a mount. The daemon's
-// directory is bind-mounted into the root at its own path (a no-op for the host's root, where
-// it is there already), so that the daemon, its clients in containers and the host name the
-// same pipe directory.
+// plugin's image has, and needs no LD_LIBRARY_PATH pointing into a mount. The daemon's pipe
+// and log directories are bind-mounted into the root at PipeDir and LogDir (prepareRoot).
 type MPSControl struct {
 	// Root is the driver root as the runner sees it; "" runs Path on the runner's own
 	// filesystem (a stand-in built for tests, or a binary that needs nothing of a root).
@@ -37,12 +49,25 @@ type MPSControl struct {
 	Path string
 }
 
+// dirs are the daemon's pipe and log directories as it sees them. Without a root the log
+// directory stays at its own path, which the runner (root) reaches: only the server, as the
+// client's user, must reach the pipe directory, and it logs through the daemon (its log pipe
+// is in the pipe directory, bottlerocket-os/bottlerocket#4673), while binding /var/log on the
+// runner's own filesystem would need root of the machine where tests run without it.
+func (c MPSControl) dirs(dir string) (pipe, log string) {
+	if c.Root == "" {
+		return PipeDir, filepath.Join(dir, "log")
+	}
+	return PipeDir, LogDir
+}
+
 // env is the environment of the control binary for the daemon in dir: only what MPS reads, so
 // that nothing of the runner's environment (a PATH or library path of the plugin's image) leaks
 // into the driver root.
 func (c MPSControl) env(dir string, devices []string) []string {
+	pipe, log := c.dirs(dir)
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(dir, "pipe"), "CUDA_MPS_LOG_DIRECTORY=" + filepath.Join(dir, "log")}
+		"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + log}
 	if len(devices) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(devices, ","))
 	}
@@ -85,22 +110,28 @@ func (c MPSControl) Answering(ctx context.Context, dir string) bool {
 	return err == nil
 }
 
-// prepareRoot makes the daemon's directory visible at its own path inside the root and, for the
-// daemon itself (shm), its shm/ tmpfs the /dev/shm there. It mounts in the caller's mount
-// namespace, which must be its own (a daemon pod's container, or a process started with a new
-// mount namespace, whose / is private): nothing reaches the host. What is mounted already (a
-// probe after the runner, the host's own root) is left as it is, so that probes do not stack
-// mounts.
+// prepareRoot makes the daemon's pipe directory visible at PipeDir in the root (the runner's
+// own / without one) and its log directory at LogDir (with a root), and, for the daemon itself
+// (shm), its shm/ tmpfs the /dev/shm there. It mounts in the caller's mount namespace, which
+// must be its own (a daemon pod's container, or a process started with a new mount namespace,
+// whose / is private): nothing reaches the host. What is mounted already (a probe after the
+// runner) is left as it is, so that probes do not stack mounts.
 func (c MPSControl) prepareRoot(dir string, shm bool) error {
+	root := cmp.Or(c.Root, "/")
+	pipe, log := c.dirs(dir)
+	binds := [][2]string{{filepath.Join(dir, "pipe"), pipe}}
 	if c.Root != "" {
-		if err := bindOnce(dir, filepath.Join(c.Root, dir), unix.MS_REC); err != nil {
-			return fmt.Errorf("making the MPS directory %s visible in the driver root %s: %w", dir, c.Root, err)
+		binds = append(binds, [2]string{filepath.Join(dir, "log"), log})
+	}
+	for _, b := range binds {
+		if err := bindOnce(b[0], filepath.Join(root, b[1]), 0); err != nil {
+			return fmt.Errorf("making the MPS directory %s visible at %s in the root %s: %w", b[0], b[1], root, err)
 		}
 	}
 	if !shm {
 		return nil
 	}
-	devShm := filepath.Join(cmp.Or(c.Root, "/"), "dev/shm")
+	devShm := filepath.Join(root, "dev/shm")
 	if err := bindOnce(filepath.Join(dir, "shm"), devShm, 0); err != nil {
 		return fmt.Errorf("mounting the MPS daemon's /dev/shm: %w", err)
 	}

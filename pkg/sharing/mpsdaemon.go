@@ -32,9 +32,14 @@ import (
 //     which dies with it (SIGKILL on the runner's death);
 //   - waits until the daemon answers on its control pipe, gives it its limits, and only then
 //     creates <dir>/ready;
-//   - on SIGTERM (its pod deleted) or <dir>/stop (Processes.Stop) quits the daemon, killing it
-//     if it does not end, and exits; when the daemon ends by itself it exits with an error (its
-//     pod's container restarts it, or the plugin's next Ensure does).
+//   - on <dir>/stop (AskToStop: the plugin stopping the daemon, Processes.Stop or the pod's
+//     deletion by mpspod) quits the daemon, killing it if it does not end, and exits; when the
+//     daemon ends by itself it exits with an error (its pod's container restarts it, or the
+//     plugin's next Ensure does);
+//   - on SIGTERM without <dir>/stop (its pod evicted by a drain, or deleted by someone else)
+//     serves on until the stop file comes, its directory goes, or SIGKILL at the end of the
+//     pod's grace period: the workloads it serves are evicted with it and keep their MPS
+//     server while they terminate; their claims' unprepare then stops it.
 //
 // `probe` checks a daemon from outside: its control pipe answers, and with --ready also that a
 // runner holds the lock and has declared it ready. `ctl` sends one command.
@@ -301,16 +306,26 @@ func (r runner) run(ctx context.Context) error {
 		return nil
 	}
 	misses := 0
+	terminating := false
 	for {
 		select {
 		case err := <-exited:
 			_ = os.Remove(filepath.Join(r.spec.Dir, readyFile))
 			return fmt.Errorf("the MPS control daemon ended: %v", err)
 		case s := <-sig:
-			return stop(s.String())
+			if stopAsked(r.spec.Dir) {
+				return stop("asked to stop; " + s.String())
+			}
+			if !terminating {
+				logger.Info("Terminating while the plugin has not stopped the MPS control daemon (an eviction?): serving until it does, or until the grace period ends", "signal", s.String())
+			}
+			terminating = true
 		case <-stopPoll.C:
-			if _, err := os.Stat(filepath.Join(r.spec.Dir, stopFile)); err == nil {
+			if stopAsked(r.spec.Dir) {
 				return stop("asked to stop")
+			}
+			if _, err := os.Stat(r.spec.Dir); terminating && os.IsNotExist(err) {
+				return stop("its directory is gone")
 			}
 		case <-check:
 			if r.control.Answering(ctx, r.spec.Dir) {
@@ -324,6 +339,23 @@ func (r runner) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// AskToStop asks the runner of the daemon in dir to stop it: at once if it runs, and so that a
+// SIGTERM (its pod's deletion) ends it rather than leave it serving. A directory that is gone
+// has no runner to ask.
+func AskToStop(dir string) error {
+	err := os.WriteFile(filepath.Join(dir, stopFile), nil, 0o644)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("asking the MPS daemon's runner to stop: %w", err)
+	}
+	return nil
+}
+
+// stopAsked reports whether the daemon in dir was asked to stop (AskToStop).
+func stopAsked(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, stopFile))
+	return err == nil
 }
 
 // limitCommands are the commands that give the daemon its limits.

@@ -136,8 +136,8 @@ func (p Processes) Stop(ctx context.Context, s DaemonSpec) error {
 		return nil
 	}
 	if runnerAlive(s.Dir) {
-		if err := os.WriteFile(filepath.Join(s.Dir, stopFile), nil, 0o644); err != nil {
-			return fmt.Errorf("asking the MPS daemon's runner to stop: %w", err)
+		if err := AskToStop(s.Dir); err != nil {
+			return err
 		}
 		if !poll(stopTimeout+2*commandTimeout, func() bool { return !runnerAlive(s.Dir) }) {
 			return errors.New("the MPS control daemon's runner does not stop")

@@ -10,9 +10,28 @@
 // (sharing.RunDaemonCommand): the runner, not the plugin, owns the daemon process; the pod owns
 // the runner; and the plugin owns the pod (created by the first claim that needs the daemon,
 // deleted by the last, under the node lock), the daemon's directory and its tmpfs. The kubelet
-// checks the daemon through the runner's probe, which asks the control pipe (a startup probe
-// for readiness, a liveness probe that restarts the container, and the runner with it, when
-// the daemon stops answering).
+// checks the daemon through the runner's probe, which asks the control pipe, until the daemon
+// is ready (a startup probe); no probe runs while it serves (below).
+//
+// What a cluster needs of such a pod (#27):
+//   - A controller owner, because `kubectl drain` refuses a node with a pod that has none unless
+//     --force (k8s.io/kubectl/pkg/drain's unreplicatedFilter). The owner is the Node: the pod
+//     is part of the node, as the MPS daemon serves only that node's pods, and the garbage
+//     collector removes it with the Node object. A DaemonSet owner, the other one drain knows
+//     (it skips such pods with --ignore-daemonsets, daemonSetFilter), cannot be had: the
+//     plugin's DaemonSet releases a pod it owns whose labels its selector does not match, and
+//     deletes one that it does match as a second pod of the node. So drain evicts the daemon's
+//     pod with the workloads; the runner serves on after SIGTERM until the plugin stops it
+//     (its stop file, written before the plugin deletes the pod), which it does when the last
+//     claim that counts on the daemon is unprepared, or until TerminationGracePeriod: drain
+//     waits for it, and the workloads keep their MPS server while they terminate.
+//   - The host's network: the daemon talks only through its pipe directory and needs no
+//     address of a CNI network, which may not be up on a node that is starting.
+//   - The chart's image pull secrets (ImagePullSecrets).
+//   - No liveness probe: a probe that failed on a busy node (the pod asks for 10m of CPU, and
+//     an exec probe runs in its cgroup) would restart the daemon and end every client of the
+//     GPU. A daemon that ends is restarted by its container's restart; one that hangs is
+//     replaced by the plugin's next prepare that finds it not answering (sharing.MPS.Ensure).
 package mpspod
 
 import (
@@ -32,6 +51,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -84,6 +104,8 @@ type Pods struct {
 	Client    kubernetes.Interface
 	Namespace string
 	NodeName  string
+	// NodeUID is the UID of the Node NodeName, the pods' owner; Start reads it when empty.
+	NodeUID types.UID
 	// DriverName labels the pods, so that two drivers' plugins do not sweep each other's.
 	DriverName string
 	// Image is the plugin's image, which the pods run.
@@ -127,7 +149,12 @@ func (p Pods) control() sharing.MPSControl {
 	return c
 }
 
-// Pod is the pod of daemon s.
+// TerminationGracePeriod bounds how long a daemon pod that someone else deleted (drain's
+// eviction) keeps serving until the plugin stops it: longer than workloads take to terminate.
+const TerminationGracePeriod = time.Hour
+
+// Pod is the pod of daemon s. Its owner is the Node of UID NodeUID; without one it has none
+// (Start reads the UID).
 func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 	command := cmp.Or(p.Command, DefaultCommand)
 	c := p.control()
@@ -139,8 +166,6 @@ func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 	// readiness probe, it stays ready while the container runs.
 	startup := probe(true)
 	startup.InitialDelaySeconds, startup.PeriodSeconds, startup.TimeoutSeconds, startup.FailureThreshold = 1, 1, 15, 120
-	liveness := probe(false)
-	liveness.PeriodSeconds, liveness.TimeoutSeconds, liveness.FailureThreshold = 10, 15, 3
 	hostPath := func(name, path string, t corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(t)}}}
 	}
@@ -155,21 +180,30 @@ func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 		volumes = append(volumes, hostPath("control", c.Path, corev1.HostPathFile))
 		mounts = append(mounts, corev1.VolumeMount{Name: "control", MountPath: c.Path, ReadOnly: true})
 	}
+	var owners []metav1.OwnerReference
+	if p.NodeUID != "" {
+		owners = []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Node", Name: p.NodeName, UID: p.NodeUID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),
+		}}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: Name(s.Key), Namespace: p.Namespace,
+			Name: Name(s.Key), Namespace: p.Namespace, OwnerReferences: owners,
 			Labels:      map[string]string{ComponentLabel: Component, PartOfLabel: "accel-dra", DriverLabel: p.DriverName},
 			Annotations: map[string]string{KeyAnnotation: s.Key},
 		},
 		Spec: corev1.PodSpec{
 			NodeName: p.NodeName,
 			// The daemon runs chrooted into the driver root, whose /proc is the host's.
-			HostPID:                       true,
-			RestartPolicy:                 corev1.RestartPolicyAlways,
-			PriorityClassName:             p.PriorityClassName,
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			HostPID:                      true,
+			HostNetwork:                  true,
+			RestartPolicy:                corev1.RestartPolicyAlways,
+			PriorityClassName:            p.PriorityClassName,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			// How long an evicted daemon serves its clients at most while they terminate.
+			TerminationGracePeriodSeconds: ptr.To(int64(TerminationGracePeriod / time.Second)),
 			// It serves pods that run on the node whatever taints the node gets.
 			Tolerations:      []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			ImagePullSecrets: pullSecrets(p.ImagePullSecrets),
@@ -185,7 +219,6 @@ func (p Pods) Pod(s sharing.DaemonSpec) *corev1.Pod {
 					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
 				}},
 				StartupProbe:             startup,
-				LivenessProbe:            liveness,
 				VolumeMounts:             mounts,
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -232,9 +265,16 @@ func (p Pods) Ready(ctx context.Context, s sharing.DaemonSpec) (bool, error) {
 // Start implements sharing.Daemons.
 func (p Pods) Start(ctx context.Context, s sharing.DaemonSpec) error {
 	logger := klog.FromContext(ctx)
-	pod := p.Pod(s)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
+	if p.NodeUID == "" {
+		node, err := p.Client.CoreV1().Nodes().Get(cctx, p.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("MPS control daemon pod %s/%s: reading its owner, node %s: %w", p.Namespace, Name(s.Key), p.NodeName, err)
+		}
+		p.NodeUID = node.UID
+	}
+	pod := p.Pod(s)
 	if _, err := p.Client.CoreV1().Pods(p.Namespace).Create(cctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating MPS control daemon pod %s/%s: %w", p.Namespace, pod.Name, err)
 	}
@@ -277,6 +317,11 @@ func (p Pods) Stop(ctx context.Context, s sharing.DaemonSpec) error {
 		return err
 	}
 	pods := p.Client.CoreV1().Pods(p.Namespace)
+	// The runner serves on after SIGTERM unless it is asked to stop (an eviction); this is the
+	// plugin stopping it.
+	if err := sharing.AskToStop(s.Dir); err != nil {
+		return fmt.Errorf("MPS control daemon pod %s/%s: %w", p.Namespace, pod.Name, err)
+	}
 	// Only this pod: not one of the same name created after it.
 	dctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()

@@ -2,6 +2,8 @@ package mpspod
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -52,6 +54,11 @@ func testPods(client *fake.Clientset) Pods {
 		PriorityClassName: "system-node-critical", ReadyTimeout: 2 * time.Second, StopTimeout: 2 * time.Second}
 }
 
+// testNode is the plugin's Node, the daemon pods' owner.
+func testNode() *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "uid-node-a"}}
+}
+
 func spec(key string) sharing.DaemonSpec {
 	return sharing.DaemonSpec{Key: key, Dir: "/var/lib/kubelet/plugins/gpu.accel-dra.io/mps/" + key, Devices: []string{gpuKey},
 		Limits: sharing.MPSLimits{ActiveThreadPercentage: 40, PinnedMemoryMiB: map[string]int64{gpuKey: 1024}}}
@@ -62,7 +69,7 @@ func spec(key string) sharing.DaemonSpec {
 // PIDs (the chroot's /proc is the host's), is probed through the control pipe, and gets no API
 // credentials. Without a driver root it mounts the control binary from the host instead.
 func TestPod(t *testing.T) {
-	p := testPods(fake.NewClientset())
+	p := testPods(fake.NewClientset(testNode()))
 	s := spec(gpuKey)
 	pod := p.Pod(s)
 	c := pod.Spec.Containers[0]
@@ -90,11 +97,28 @@ func TestPod(t *testing.T) {
 		t.Errorf("imagePullSecrets %+v, want regcred and mirror", got)
 	}
 	p.ImagePullSecrets = nil
+	// What a cluster needs of it (#27): the host's network, no probe while it serves, a
+	// controller owner that drain accepts, the node, and time to serve an eviction out.
+	if !pod.Spec.HostNetwork {
+		t.Error("the daemon's pod is not on the host's network")
+	}
+	if c.LivenessProbe != nil || c.ReadinessProbe != nil {
+		t.Errorf("the daemon's pod has a probe that runs while it serves: liveness %+v, readiness %+v", c.LivenessProbe, c.ReadinessProbe)
+	}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g != 3600 {
+		t.Errorf("terminationGracePeriodSeconds %v, want 3600", g)
+	}
+	if len(pod.OwnerReferences) != 0 {
+		t.Errorf("owner without the node's UID: %+v", pod.OwnerReferences)
+	}
+	p.NodeUID = "uid-node-a"
+	owner := metav1.GetControllerOf(p.Pod(s))
+	if owner == nil || owner.APIVersion != "v1" || owner.Kind != "Node" || owner.Name != "node-a" || owner.UID != "uid-node-a" || owner.BlockOwnerDeletion == nil || *owner.BlockOwnerDeletion {
+		t.Errorf("controller owner %+v, want the Node node-a, not blocking its deletion", owner)
+	}
+	p.NodeUID = ""
 	if got := strings.Join(c.StartupProbe.Exec.Command, " "); !strings.HasSuffix(got, "probe --dir="+s.Dir+" --control="+sharing.DefaultControlPath+" --control-root="+DriverRootMount+" --ready") {
 		t.Errorf("startup probe %q", got)
-	}
-	if got := strings.Join(c.LivenessProbe.Exec.Command, " "); strings.Contains(got, "--ready") || !strings.Contains(got, " probe ") {
-		t.Errorf("liveness probe %q", got)
 	}
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
@@ -161,15 +185,21 @@ func whenCreated(client *fake.Clientset, name string, fn func()) {
 // deleted.
 func TestPodsLifecycle(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
+	client := fake.NewClientset(testNode())
 	p := testPods(client)
 	s := spec(gpuKey)
+	s.Dir = t.TempDir()
 	if ready, err := p.Ready(ctx, s); err != nil || ready {
 		t.Fatalf("Ready without a pod: %v, %v", ready, err)
 	}
 	whenCreated(client, Name(gpuKey), func() { setReady(t, client, Name(gpuKey), true) })
 	if err := p.Start(ctx, s); err != nil {
 		t.Fatal(err)
+	}
+	if pod, err := client.CoreV1().Pods(ns).Get(ctx, Name(gpuKey), metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if owner := metav1.GetControllerOf(pod); owner == nil || owner.Kind != "Node" || owner.UID != "uid-node-a" {
+		t.Errorf("the started pod's controller owner is %+v, want the Node node-a", owner)
 	}
 	// The other instance of a rolling update.
 	other := testPods(client)
@@ -184,6 +214,11 @@ func TestPodsLifecycle(t *testing.T) {
 	}
 	if _, err := client.CoreV1().Pods(ns).Get(ctx, Name(gpuKey), metav1.GetOptions{}); err == nil {
 		t.Error("the daemon's pod is left after Stop")
+	}
+	// Its runner was asked to stop, so that it does not serve on after SIGTERM as after an
+	// eviction.
+	if _, err := os.Stat(filepath.Join(s.Dir, "stop")); err != nil {
+		t.Errorf("Stop did not ask the runner to stop: %v", err)
 	}
 	if err := p.Stop(ctx, s); err != nil {
 		t.Errorf("Stop of a stopped daemon: %v", err)
@@ -211,7 +246,7 @@ func TestPodsLifecycle(t *testing.T) {
 // adopted.
 func TestPodsNotReady(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
+	client := fake.NewClientset(testNode())
 	p := testPods(client)
 	s := spec(claimKey)
 	whenCreated(client, Name(claimKey), func() {
@@ -254,7 +289,7 @@ func TestPodsNotReady(t *testing.T) {
 // TestPodsKeys: the sweep sees this driver's daemon pods of this node only.
 func TestPodsKeys(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
+	client := fake.NewClientset(testNode())
 	p := testPods(client)
 	mine, other, otherDriver := p.Pod(spec(gpuKey)), p.Pod(spec(claimKey)), p.Pod(spec("GPU-other"))
 	other.Spec.NodeName = "node-b"
@@ -266,5 +301,20 @@ func TestPodsKeys(t *testing.T) {
 	}
 	if keys, err := p.Keys(ctx); err != nil || !slices.Equal(keys, []string{gpuKey}) {
 		t.Errorf("Keys = %v, %v; want this node's and driver's only", keys, err)
+	}
+}
+
+// TestPodsStartWithoutNode: a daemon pod needs its owner, the Node; without it (an API server
+// that does not answer, a Node that is gone) Start fails, saying so, and creates nothing.
+func TestPodsStartWithoutNode(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	p := testPods(client)
+	err := p.Start(ctx, spec(gpuKey))
+	if err == nil || !strings.Contains(err.Error(), "reading its owner, node node-a") {
+		t.Errorf("Start without the Node: %v", err)
+	}
+	if pods, _ := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Errorf("pods created without an owner: %d", len(pods.Items))
 	}
 }
