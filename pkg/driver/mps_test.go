@@ -505,7 +505,8 @@ func TestMPSSharesInPods(t *testing.T) {
 	standin.NeedMount(t)
 	f := &fakeModes{modes: map[string]device.ComputeMode{}, fail: map[string]bool{}}
 	_, ctx := ktesting.NewTestContext(t)
-	kube := fake.NewClientset()
+	// The node, the daemon pods' owner.
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "uid-" + nodeName}})
 	creates := 0
 	kube.PrependReactor("create", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
 		creates++
