@@ -1,5 +1,8 @@
 // Command accelctl shows and seeds accel-dra node group templates and simulates whether a new
-// node of a Cluster API node group could satisfy ResourceClaims. See docs/template-publisher.md.
+// node of a Cluster API node group could satisfy ResourceClaims. See docs/accelctl.md.
+//
+// Named kubectl-accel (as the release archives ship it), it is the kubectl plugin
+// `kubectl accel`, and its help says so.
 package main
 
 import (
@@ -15,10 +18,12 @@ import (
 func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	cmd := accelctl.NewCommand(accelctl.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, nil)
+	name := accelctl.CommandName(os.Args[0])
+	cmd := accelctl.NewCommandAs(name, accelctl.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, nil)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "accelctl:", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		// simulate's exit code says whether the claims fit (see accelctl simulate --help).
+		cancel()
 		os.Exit(accelctl.ExitCode(err))
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,15 +46,25 @@ type Connect func(ClientGetter) (Cluster, string, error)
 // NewCommand returns the accelctl command tree. newCluster may be nil (connect with the
 // connection flags, $KUBECONFIG or in-cluster configuration).
 func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
+	return NewCommandAs(Name, streams, newCluster)
+}
+
+// NewCommandAs returns the command tree whose usage, help and errors call it name (CommandName:
+// "kubectl accel" when kubectl runs it as its plugin).
+func NewCommandAs(name string, streams IOStreams, newCluster Connect) *cobra.Command {
 	o := &rootOptions{newCluster: newCluster, flags: NewConnectionFlags()}
 	if o.newCluster == nil {
 		o.newCluster = connect
 	}
 	root := &cobra.Command{
-		Use:           "accelctl",
+		Use:           Name,
 		Short:         "Inspect and simulate accel-dra node group templates",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Cobra's CommandPath, and so every usage line, example and "unknown command" error,
+		// starts with the display name: "kubectl accel template list", which a plugin user
+		// can type, not "accelctl template list", which they cannot.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: name},
 	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
@@ -63,7 +72,7 @@ func NewCommand(streams IOStreams, newCluster Connect) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 
 	tmpl := &cobra.Command{Use: "template", Short: "Node group templates on MachineDeployments, MachineSets and MachinePools"}
-	tmpl.AddCommand(newShowCommand(o, streams), newListCommand(o, streams), newSeedCommand(o, streams), newGenerateCommand(streams))
+	tmpl.AddCommand(newShowCommand(o, streams), newListCommand(o, streams), newSeedCommand(o, streams), newGenerateCommand(name, streams))
 	root.AddCommand(tmpl, newSimulateCommand(o, streams), newVersionCommand(streams))
 	return root
 }
@@ -107,7 +116,7 @@ func (o *rootOptions) cluster() (Cluster, string, error) {
 }
 
 func newShowCommand(o *rootOptions, streams IOStreams) *cobra.Command {
-	output, nodeName := "yaml", TemplateNodeName
+	output, nodeName := Output{Format: "yaml"}, TemplateNodeName
 	cmd := &cobra.Command{
 		Use:   "show GROUP",
 		Short: "Print a node group's template as the ResourceSlices of a template node",
@@ -135,14 +144,14 @@ a NodeGroupSeed), annotations (all the group's publisher keys).`,
 			return Show(streams.Out, g, output, nodeName)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: yaml, json, jsonpath=..., go-template=..., template or annotations.")
+	addOutputFlags(cmd.Flags(), &output, "Output format: yaml, json, jsonpath=..., go-template=..., template or annotations.")
 	cmd.Flags().StringVar(&nodeName, "node-name", nodeName, "Name of the template node.")
 	return cmd
 }
 
 // Show prints a group's template in a format (see `accelctl template show --help`).
-func Show(w io.Writer, g *Group, output, nodeName string) error {
-	if output == "annotations" {
+func Show(w io.Writer, g *Group, output Output, nodeName string) error {
+	if output.Format == "annotations" {
 		ann := map[string]string{}
 		for k, v := range g.Annotations {
 			if nodegroup.IsManagedKey(k) || k == nodegroup.CopyFromAnnotation {
@@ -158,7 +167,7 @@ func Show(w io.Writer, g *Group, output, nodeName string) error {
 	} else if err != nil {
 		return fmt.Errorf("%s: %w", g, err)
 	}
-	if output == "template" {
+	if output.Format == "template" {
 		b, err := json.MarshalIndent(t, "", "  ")
 		if err != nil {
 			return err
@@ -170,13 +179,13 @@ func Show(w io.Writer, g *Group, output, nodeName string) error {
 	if err != nil {
 		return err
 	}
-	if output == "json" || strings.HasPrefix(output, jsonPathPrefix) || strings.HasPrefix(output, goTemplatePrefix) {
+	if output.Format == "json" || output.templated() {
 		for _, s := range slices {
 			s.TypeMeta = metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"}
 		}
 		return writeObject(w, output, newList(slices))
 	}
-	switch output {
+	switch output.Format {
 	case "yaml":
 		fmt.Fprintf(w, "# %s: template %s, source %s\n", g, g.Annotations[template.HashAnnotation], orUnknown(g.Annotations[nodegroup.SourceAnnotation]))
 		for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey, nodegroup.LabelsKey, nodegroup.TaintsKey, nodegroup.DRADriverKey, nodegroup.GPUCountKey} {
@@ -193,7 +202,7 @@ func Show(w io.Writer, g *Group, output, nodeName string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("unknown output format %q", output)
+	return fmt.Errorf("unknown output format %q", output.Format)
 }
 
 func orUnknown(s string) string {
@@ -260,8 +269,8 @@ group has nodes. A group whose template came from its own nodes is refused unles
 }
 
 func newSimulateCommand(o *rootOptions, streams IOStreams) *cobra.Command {
-	var group, file, classesFile, annotationsFile, output, verdict string
-	output, verdict = "text", "template"
+	var group, file, classesFile, annotationsFile string
+	output, verdict := Output{Format: "text"}, "template"
 	timeout := DefaultTimeout
 	cmd := &cobra.Command{
 		Use:   "simulate --node-group GROUP -f CLAIMS",
@@ -300,14 +309,14 @@ The report is printed in every case but 1.`,
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "File with the claims (- for standard input).")
 	cmd.Flags().StringVar(&classesFile, "device-classes", "", "File with DeviceClasses to use instead of the cluster's.")
 	cmd.Flags().StringVar(&annotationsFile, "annotations", "", "File with the group's annotations to use instead of the cluster's.")
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: text, json or yaml.")
+	addOutputFlags(cmd.Flags(), &output, "Output format: text, json, yaml, jsonpath=... or go-template=... (the latter two applied to the report -o json prints).")
 	cmd.Flags().StringVar(&verdict, "verdict", verdict, "Verdict that decides the exit code: template or builtin.")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "Bound of each allocation (kube-scheduler's DRA filter timeout); past it the verdict is UNDECIDED.")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
 
-func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile, output, verdict string, timeout time.Duration) error {
+func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile string, output Output, verdict string, timeout time.Duration) error {
 	if err := checkOutput(output, "text", "json", "yaml"); err != nil {
 		return err
 	}
@@ -376,7 +385,7 @@ func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, 
 	if err != nil {
 		return err
 	}
-	if output == "text" {
+	if output.Format == "text" {
 		err = rep.WriteText(streams.Out)
 	} else {
 		err = writeObject(streams.Out, output, rep)

@@ -318,7 +318,7 @@ func TestVersion(t *testing.T) {
 	})
 
 	var line bytes.Buffer
-	if err := WriteVersion(&line, version.Info{GitVersion: "v0.3.0", GitCommit: "0123abcd", GitTreeState: "dirty", GoVersion: "go1.99", Platform: "linux/amd64"}, ""); err != nil {
+	if err := WriteVersion(&line, version.Info{GitVersion: "v0.3.0", GitCommit: "0123abcd", GitTreeState: "dirty", GoVersion: "go1.99", Platform: "linux/amd64"}, Output{}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "accelctl v0.3.0 (revision 0123abcd-dirty, go1.99, linux/amd64)\n"; line.String() != want {

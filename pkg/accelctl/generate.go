@@ -128,7 +128,7 @@ func GenerateSeed(ctx context.Context, s Shape, seed seedv1alpha1.NodeGroupSeed,
 	return &seed, nil
 }
 
-func newGenerateCommand(streams IOStreams) *cobra.Command {
+func newGenerateCommand(name string, streams IOStreams) *cobra.Command {
 	var s Shape
 	var plugin, cpu, memory, disk string
 	var maxPods int32
@@ -136,12 +136,12 @@ func newGenerateCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "generate --profile PROFILE --cpu CPU --memory MEMORY",
 		Short: "Print the NodeGroupSeed of a node of a declared shape, from the plugin's device model",
-		Long: `Runs the node plugin (accel-dra-kubelet-plugin generate-template) on a mock profile with the
+		Long: fmt.Sprintf(`Runs the node plugin (accel-dra-kubelet-plugin generate-template) on a mock profile with the
 plugin options that change its ResourceSlices, and prints a NodeGroupSeed whose template is what
 the publisher will mirror from a real node of that shape, placeholders aside. Capacity, labels and
 taints are not in the device model: give them with the flags. Apply the result with
-"accelctl template seed GROUP -f -"; the publisher replaces it with the group's own nodes and
-reports a TemplateDiverged event if a node differs from it (docs/template-publisher.md).`,
+"%s template seed GROUP -f -"; the publisher replaces it with the group's own nodes and
+reports a TemplateDiverged event if a node differs from it (docs/template-publisher.md).`, name),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var seed seedv1alpha1.NodeGroupSeed

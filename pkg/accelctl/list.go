@@ -24,7 +24,8 @@ import (
 const shortHash = 12
 
 func newListCommand(o *rootOptions, streams IOStreams) *cobra.Command {
-	output, all, noHeaders, selector := "", false, false, ""
+	var output Output
+	all, noHeaders, selector := false, false, ""
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the node groups that have a template",
@@ -58,10 +59,10 @@ groups' metadata), jsonpath=... or go-template=... (applied to that List, as kub
 			return List(streams.Out, templated(groups), ListOptions{Output: output, WithNamespace: all, NoHeaders: noHeaders})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: wide, name, json, yaml, jsonpath=... or go-template=... (default: a table).")
+	addOutputFlags(cmd.Flags(), &output, "Output format: wide, name, json, yaml, jsonpath=... or go-template=... (default: a table).")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the groups of all namespaces.")
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "Label selector of the groups (a MachineDeployment's, MachineSet's or MachinePool's own labels), as kubectl's -l.")
-	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "Print the table without its header line.")
+	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "Print the table (no -o, or -o wide) without its header line; other formats have none, and ignore it as kubectl does.")
 	return cmd
 }
 
@@ -82,7 +83,7 @@ func templated(groups []*Group) []*Group {
 
 // ListOptions are how List prints.
 type ListOptions struct {
-	Output string
+	Output Output
 	// WithNamespace adds the NAMESPACE column, as kubectl does for -A.
 	WithNamespace bool
 	// NoHeaders leaves out the table's header line.
@@ -91,7 +92,7 @@ type ListOptions struct {
 
 // List prints groups (see `accelctl template list --help`).
 func List(w io.Writer, groups []*Group, o ListOptions) error {
-	switch o.Output {
+	switch o.Output.Format {
 	case "name":
 		var b strings.Builder
 		for _, g := range groups {
@@ -100,7 +101,7 @@ func List(w io.Writer, groups []*Group, o ListOptions) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	case "", "wide":
-		return writeTable(w, groups, o.Output == "wide", o.WithNamespace, o.NoHeaders)
+		return writeTable(w, groups, o.Output.Format == "wide", o.WithNamespace, o.NoHeaders)
 	}
 	// json, yaml, jsonpath=, go-template= (writeObject refuses any other format).
 	items := make([]metav1.PartialObjectMetadata, len(groups))

@@ -13,7 +13,7 @@ import (
 )
 
 func newVersionCommand(streams IOStreams) *cobra.Command {
-	output := ""
+	var output Output
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print accelctl's version",
@@ -30,7 +30,7 @@ Go toolchain recorded. -o json or yaml prints
 			return WriteVersion(streams.Out, Version(bi), output)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", output, "Output format: json or yaml (default: one line).")
+	addOutputFlags(cmd.Flags(), &output, "Output format: json, yaml, jsonpath=... or go-template=... (default: one line).")
 	return cmd
 }
 
@@ -75,8 +75,8 @@ func Version(bi *debug.BuildInfo) version.Info {
 }
 
 // WriteVersion prints a version as one line, or as kubectl version's {"clientVersion": ...}.
-func WriteVersion(w io.Writer, v version.Info, output string) error {
-	if output == "" {
+func WriteVersion(w io.Writer, v version.Info, output Output) error {
+	if output.Format == "" {
 		commit := v.GitCommit
 		if commit == "" {
 			commit = "unknown"
