@@ -14,7 +14,7 @@ PLATFORMS ?= linux/amd64 linux/arm64
 # (e2e/cluster/binaries.go).
 export GOFLAGS += -trimpath
 
-.PHONY: all build unit test test-arm64 e2e demo bench k8s-binaries fmt vet image chart chart-push clean
+.PHONY: all build unit test test-arm64 e2e demo bench k8s-binaries fmt vet image chart chart-push release clean
 
 all: build
 
@@ -97,6 +97,19 @@ CHART_REGISTRY ?=
 chart-push: chart
 	@test -n "$(CHART_REGISTRY)" || { echo "set CHART_REGISTRY=oci://<registry>/<path>"; exit 2; }
 	$(GO) run ./hack/chart push $(if $(CHART_PLAIN_HTTP),--plain-http) $(BIN)/accel-dra-$(VERSION).tgz $(CHART_REGISTRY)
+
+# accelctl's release archives, in which it is the kubectl plugin kubectl-accel, and their krew
+# manifest (hack/krew, docs/accelctl.md): $(BIN)/release/kubectl-accel_v<version>_<os>_<arch>.tar.gz
+# for each RELEASE_PLATFORMS, and $(BIN)/release/accel.yaml, whose uri are RELEASE_URL/<archive>;
+# upload the archives there. The archives are reproducible, and the manifest is verified against
+# them (sha256, and `kubectl-accel version` of this machine's archive) before the target ends.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+RELEASE_URL ?= https://github.com/accel-dra/accel-dra/releases/download/v$(VERSION)
+release:
+	GO=$(GO) BIN=$(BIN) PLATFORMS="$(RELEASE_PLATFORMS)" VERSION=v$(VERSION) \
+		$(foreach p,$(RELEASE_PLATFORMS),ONLY_$(subst /,_,$(p))=accelctl) hack/build.sh
+	$(GO) run ./hack/krew pack -bin $(BIN) -version v$(VERSION) -url $(RELEASE_URL) -out $(BIN)/release $(RELEASE_PLATFORMS)
+	$(GO) run ./hack/krew verify $(BIN)/release/accel.yaml
 
 clean:
 	rm -rf $(BIN)

@@ -87,8 +87,9 @@ for platform in $PLATFORMS; do
     fi
     flags=("${FLAGS[@]}")
     case "$STATIC_BINARIES" in *" $b "*) flags=(-trimpath -tags osusergo,netgo -ldflags "-s -w -extldflags=-static") ;; esac
+    exe=""; [ "$os" != windows ] || exe=.exe   # accelctl's release archives (make release)
     echo "go build $b ($platform, ${env[*]})"
-    env "${env[@]}" "$GO" build "${flags[@]}" -o "$out/$b" "$src" 2> >(grep -v -e "requires at runtime the shared libraries" -e "_Cfunc_dlopen'" -e "^# $src\$" >&2)
+    env "${env[@]}" "$GO" build "${flags[@]}" -o "$out/$b$exe" "$src" 2> >(grep -v -e "requires at runtime the shared libraries" -e "_Cfunc_dlopen'" -e "^# $src\$" >&2)
     if [ "$os/$arch" = "$host_os/$host_arch" ]; then
       cp -f "$out/$b" "$BIN/$b"
     fi
