@@ -108,7 +108,7 @@ func NewReconciler(c client.Client, rec events.EventRecorder, m *Metrics, o *Opt
 		Recorder:     rec,
 		Metrics:      m,
 		Drivers:      sets.New(o.Drivers...),
-		Config:       Config{Budget: o.TemplateBudgetBytes, GPUDriver: o.GPUDriver},
+		Config:       Config{Budget: o.TemplateBudgetBytes, GPUDriver: o.GPUDriver, StalePolicy: o.StaleTemplatePolicy},
 		BuildOptions: build,
 		slices:       newSliceStripper(o.Drivers, build),
 		FieldManager: FieldManager,
@@ -169,6 +169,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key GroupKey) (reconcile.Res
 				in.Foreign[k] = m
 			}
 		}
+	}
+	if in.MachineTemplate, err = r.machineTemplateOf(ctx, key, obj, len(nodes) > 0); err != nil {
+		return reconcile.Result{}, err
 	}
 	if v, ok := in.Annotations[nodegroup.CopyFromAnnotation]; ok && len(nodes) == 0 {
 		in.CopyFrom = r.copySource(ctx, key, v)

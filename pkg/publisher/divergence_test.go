@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,4 +158,129 @@ func TestReconcileReportsDivergence(t *testing.T) {
 // h100Template is the template of an H100 node.
 func h100Template(t *testing.T) *template.Template {
 	return nodeInput(t, "n1", h100).Template
+}
+
+// TestCapacityDiff: every capacity key the template stated that the nodes do not give alike,
+// and every taint of the nodes the template did not state, one difference each.
+func TestCapacityDiff(t *testing.T) {
+	nodeKeys := map[string]string{
+		nodegroup.CPUKey: "96", nodegroup.MemoryKey: "1000Gi", nodegroup.EphemeralDiskKey: "500Gi", nodegroup.MaxPodsKey: "110",
+		nodegroup.GPUCountKey: "8", nodegroup.DRADriverKey: gpuDriver, nodegroup.DRAPoolKey: gpuDriver,
+		nodegroup.LabelsKey: "kubernetes.io/arch=amd64,node.kubernetes.io/instance-type=gpu-8x",
+		nodegroup.TaintsKey: "nvidia.com/gpu=present:NoSchedule",
+	}
+	for name, tc := range map[string]struct {
+		template map[string]string
+		want     []string
+	}{
+		"the same":                        {template: nodeKeys},
+		"quantities compared as such":     {template: with(nodeKeys, nodegroup.MemoryKey, "1024000Mi", nodegroup.CPUKey, "96000m")},
+		"keys the template did not state": {template: map[string]string{nodegroup.CPUKey: "96", nodegroup.MemoryKey: "1000Gi", nodegroup.TaintsKey: "nvidia.com/gpu=present:NoSchedule"}},
+		"every key differs": {
+			template: map[string]string{
+				nodegroup.CPUKey: "192", nodegroup.MemoryKey: "2Ti", nodegroup.EphemeralDiskKey: "1Ti", nodegroup.MaxPodsKey: "250",
+				nodegroup.GPUCountKey: "4", nodegroup.DRADriverKey: npuDriver, nodegroup.DRAPoolKey: npuDriver,
+				nodegroup.LabelsKey: "kubernetes.io/arch=arm64,node.kubernetes.io/instance-type=gpu-8x,team=ml",
+				nodegroup.TaintsKey: "dedicated=ml:NoExecute,nvidia.com/gpu=yes:NoSchedule",
+			},
+			want: []string{
+				"cpu: template 192, node 96",
+				"memory: template 2Ti, node 1000Gi",
+				"gpu-count: template 4, node 8",
+				"dra-driver: template npu.accel-dra.io, node gpu.accel-dra.io",
+				"dra-pool: template npu.accel-dra.io, node gpu.accel-dra.io",
+				"ephemeral-disk: template 1Ti, node 500Gi",
+				"maxPods: template 250, node 110",
+				"taint dedicated:NoExecute: template ml, node <none>",
+				"taint nvidia.com/gpu:NoSchedule: template yes, node present",
+				"label kubernetes.io/arch: template arm64, node amd64",
+				"label team: template ml, node <none>",
+			},
+		},
+		"a taint only the nodes have": {
+			template: without(nodeKeys, nodegroup.TaintsKey),
+			want:     []string{"taint nvidia.com/gpu:NoSchedule: template <none>, node present"},
+		},
+		"a gpu-count the nodes do not give": {
+			template: with(nodeKeys, nodegroup.GPUCountKey, "8"),
+		},
+		"keys the nodes lack": {
+			template: nodeKeys,
+			want:     []string{"gpu-count: template 8, node <none>", "dra-driver: template gpu.accel-dra.io, node <none>", "dra-pool: template gpu.accel-dra.io, node <none>"},
+		},
+		"labels that do not parse": {
+			template: with(nodeKeys, nodegroup.LabelsKey, "no-value"),
+			want:     []string{"labels: template no-value, node kubernetes.io/arch=amd64,node.kubernetes.io/instance-type=gpu-8x"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := nodeKeys
+			if name == "keys the nodes lack" {
+				node = without(nodeKeys, nodegroup.GPUCountKey, nodegroup.DRADriverKey, nodegroup.DRAPoolKey)
+			}
+			var got []string
+			for _, d := range capacityDiff(tc.template, node) {
+				got = append(got, d.String())
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("differences (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDecideDivergenceCapacity: a seed that disagrees with the node that joins on its devices
+// and its capacity keys is reported on every key that differs, the devices after them.
+func TestDecideDivergenceCapacity(t *testing.T) {
+	h100Ann, _ := published(t, h100)
+	small := h100
+	small.gpus = 4
+	smallAnn, _ := published(t, small)
+	seed := with(smallAnn, nodegroup.SourceAnnotation, nodegroup.SourceSeed,
+		nodegroup.CPUKey, "64", nodegroup.MemoryKey, "512Gi",
+		nodegroup.LabelsKey, "kubernetes.io/arch=arm64",
+		nodegroup.TaintsKey, "dedicated=ml:NoSchedule")
+	node := nodeInput(t, "n1", h100)
+	p := Decide(Input{Annotations: seed, Owned: sets.New[string](), Nodes: []NodeInput{node}}, testConfig)
+	if p.Divergence == nil {
+		t.Fatal("no divergence reported")
+	}
+	var got []string
+	for _, d := range p.Divergence.Differences {
+		got = append(got, d.String())
+	}
+	want := []string{
+		"cpu: template 64, node 96",
+		"memory: template 512Gi, node 1000Gi",
+		"gpu-count: template 4, node 8",
+		"taint dedicated:NoSchedule: template ml, node <none>",
+		"label kubernetes.io/arch: template arm64, node amd64",
+	}
+	if len(got) < len(want) {
+		t.Fatalf("differences %q, want at least %q", got, want)
+	}
+	if diff := cmp.Diff(want, got[:len(want)]); diff != "" {
+		t.Errorf("capacity differences (-want +got):\n%s", diff)
+	}
+	// Then the devices: the seed's pool had 4 GPUs, the node's 8.
+	if rest := strings.Join(got[len(want):], "; "); !strings.Contains(rest, "device gpu-4 device: template <none>, node present") {
+		t.Errorf("device differences: %s", rest)
+	}
+	if p.Apply[template.HashAnnotation] != h100Ann[template.HashAnnotation] || p.Apply[nodegroup.CPUKey] != "96" {
+		t.Errorf("the seed is not replaced by the node's keys: %v", managed(p.Apply))
+	}
+	if !strings.Contains(p.Divergence.Message(), "cpu: template 64, node 96") {
+		t.Errorf("event message: %s", p.Divergence.Message())
+	}
+
+	// Only capacity keys differ (the devices are right): reported all the same.
+	p = Decide(Input{Annotations: with(h100Ann, nodegroup.SourceAnnotation, nodegroup.SourceSeed, nodegroup.CPUKey, "64"), Owned: sets.New[string](), Nodes: []NodeInput{node}}, testConfig)
+	if p.Divergence == nil || len(p.Divergence.Differences) != 1 || p.Divergence.Differences[0].String() != "cpu: template 64, node 96" {
+		t.Errorf("divergence %+v, want cpu only", p.Divergence)
+	}
+	// cpu and memory written by hand, no template: what a stock autoscaler scaled from.
+	p = Decide(Input{Annotations: map[string]string{nodegroup.CPUKey: "64", nodegroup.MemoryKey: "1000Gi"}, Owned: sets.New[string](), Nodes: []NodeInput{node}}, testConfig)
+	if p.Divergence == nil || len(p.Divergence.Differences) != 1 {
+		t.Errorf("divergence %+v, want cpu only", p.Divergence)
+	}
 }

@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -56,6 +58,7 @@ type Options struct {
 	Profiling               bool
 	SeedsDir                string
 	SeedTemplatesDir        string
+	StaleTemplatePolicy     string
 	Logging                 *logsapi.LoggingConfiguration
 	// LeaseDuration and friends are not flags; tests shorten them.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -79,6 +82,7 @@ func NewOptions() *Options {
 		TemplateBudgetBytes:    template.DefaultBudget,
 		IdentityAttributes:     template.DefaultIdentityAttributes(),
 		Workers:                2,
+		StaleTemplatePolicy:    StaleWithdraw,
 		Logging:                logsapi.NewLoggingConfiguration(),
 		LeaseDuration:          15 * time.Second,
 		RenewDeadline:          10 * time.Second,
@@ -108,6 +112,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Node groups reconciled in parallel.")
 	fs.StringVar(&o.SeedsDir, "seeds-dir", o.SeedsDir, "Directory of the seeds a node group can name in template.accel-dra.io/seed: <name>.yaml, a NodeGroupSeed, written to a group that has no template from its own nodes (default: none).")
 	fs.StringVar(&o.SeedTemplatesDir, "seed-templates-dir", o.SeedTemplatesDir, "Directory of <name>.json, the template document of a seed that gives no devices, as accel-dra-kubelet-plugin generate-template writes it (default: --seeds-dir).")
+	fs.StringVar(&o.StaleTemplatePolicy, "stale-template-policy", o.StaleTemplatePolicy, "What to do with the template of a group at zero whose infrastructure machine template changed since the template was taken: withdraw (remove it and the capacity keys, so that the autoscaler does not scale the group up for the old machines), reseed (apply the group's seed or copy-from if it names one, else withdraw) or keep.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go profiles under /debug/pprof/ on the metrics address.")
 	logsapi.AddFlags(o.Logging, fs)
 	return fs
@@ -126,6 +131,9 @@ func (o *Options) Validate() error {
 	}
 	if len(o.Drivers) == 0 {
 		return fmt.Errorf("--drivers: at least one driver is required")
+	}
+	if !slices.Contains(StalePolicies, o.StaleTemplatePolicy) {
+		return fmt.Errorf("--stale-template-policy=%q: want one of %s", o.StaleTemplatePolicy, strings.Join(StalePolicies, ", "))
 	}
 	if o.Workers < 1 {
 		return fmt.Errorf("--workers=%d: must be at least 1", o.Workers)

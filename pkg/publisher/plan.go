@@ -46,7 +46,7 @@ const (
 )
 
 // Reasons lists every problem reason, for metrics.
-var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices, ReasonAnnotationConflict, ReasonWorkloadClusterUnreachable, ReasonSeedFailed}
+var Reasons = []string{ReasonNodesDisagree, ReasonOverBudget, ReasonCopyFromFailed, ReasonInvalidSlices, ReasonAnnotationConflict, ReasonWorkloadClusterUnreachable, ReasonSeedFailed, ReasonTemplateStale}
 
 // NodeInput is one node of a group's current revision and the template of its ResourceSlices.
 type NodeInput struct {
@@ -89,6 +89,10 @@ type Input struct {
 	CopyFrom *CopySource
 	// Seed is the seed named by the seed annotation, nil if there is none.
 	Seed *SeedSource
+	// MachineTemplate is the infrastructure machine template (MachineTemplateRef) that a
+	// template written now describes: of the machines of Nodes, or without nodes of the
+	// machines the group would create. Empty when unknown.
+	MachineTemplate string
 }
 
 // Config are the settings Decide needs.
@@ -97,6 +101,8 @@ type Config struct {
 	Budget int
 	// GPUDriver is the driver whose devices dra-driver and gpu-count describe; empty: none.
 	GPUDriver string
+	// StalePolicy says what happens to a stale template (stale.go); empty is StaleWithdraw.
+	StalePolicy string
 }
 
 // Problem is something an operator should know about a group.
@@ -148,47 +154,28 @@ func Decide(in Input, cfg Config) Plan {
 	cur := in.Annotations
 	desired := map[string]string{}
 	var p Plan
-	keep := func(keys ...string) {
-		for _, k := range keys {
-			if v, ok := cur[k]; ok && in.Owned.Has(k) {
-				desired[k] = v
-			}
-		}
-	}
+	keep := func(keys ...string) { keepOwned(in, desired, keys...) }
 	set := func(m map[string]string) { maps.Copy(desired, m) }
 	keepTemplate := func() {
 		keep(nodegroup.TemplateKeys...)
-		keep(nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation)
+		keep(nodegroup.DRADriverKey, nodegroup.DRAPoolKey, nodegroup.GPUCountKey, nodegroup.SourceAnnotation, nodegroup.MachineTemplateAnnotation)
 	}
 	// A divergence report stays until someone removes it (divergence.go).
 	keep(nodegroup.DivergenceAnnotation)
 
 	if len(in.Nodes) == 0 {
+		if was := staleMachineTemplate(in); was != "" {
+			// The machines the autoscaler would create are not those the template
+			// describes (stale.go).
+			return decideStale(p, in, cfg, desired, was)
+		}
 		if (in.CopyFrom == nil && in.Seed == nil) || cur[nodegroup.SourceAnnotation] == nodegroup.SourceNodes {
 			// A group at zero keeps what it has: the autoscaler needs it most now.
 			p.TemplateBytes = templateBytes(cur)
 			return p
 		}
-		if in.Seed != nil {
-			if prob := seedFrom(in.Seed, in.CopyFrom != nil, desired); prob != nil {
-				p.Problems = append(p.Problems, *prob)
-				p.TemplateBytes = templateBytes(cur)
-				return p
-			}
-			return finish(p, in, desired)
-		}
-		keep(nodegroup.LabelsKey, nodegroup.TaintsKey)
-		if prob := copyFrom(in.CopyFrom, cfg, desired); prob != nil {
-			p.Problems = append(p.Problems, *prob)
-			p.TemplateBytes = templateBytes(cur)
-			return p
-		}
-		for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey} {
-			if _, ok := desired[k]; !ok {
-				keep(k)
-			}
-		}
-		return finish(p, in, desired)
+		p, _ = seedOrCopy(p, in, cfg, desired)
+		return p
 	}
 
 	nodes := make([]*corev1.Node, 0, len(in.Nodes))
@@ -232,6 +219,7 @@ func Decide(in Input, cfg Config) Plan {
 			keep(nodegroup.TemplateKeys...)
 			set(nodegroup.DRA(first, cfg.GPUDriver))
 			desired[nodegroup.SourceAnnotation] = nodegroup.SourceNodes
+			recordMachineTemplate(in, desired)
 			break
 		}
 		ann, err := first.Encode(cfg.Budget)
@@ -250,7 +238,8 @@ func Decide(in Input, cfg Config) Plan {
 			set(ann)
 			set(nodegroup.DRA(first, cfg.GPUDriver))
 			desired[nodegroup.SourceAnnotation] = nodegroup.SourceNodes
-			if d := divergence(cur, first, ann[template.HashAnnotation], nodeList(byHash)); d != nil && !templateIsForeign(in, desired) {
+			recordMachineTemplate(in, desired)
+			if d := divergence(cur, first, desired, nodeList(byHash)); d != nil && !templateIsForeign(in, desired) {
 				p.Divergence = d
 				desired[nodegroup.DivergenceAnnotation] = d.Annotation()
 			}
@@ -260,6 +249,51 @@ func Decide(in Input, cfg Config) Plan {
 		keepTemplate()
 	}
 	return finish(p, in, desired)
+}
+
+// seedOrCopy is Decide for a group without nodes that names a seed or a copy-from: their
+// annotations, recording the group's machine template; false (and the problem, nothing
+// written) when they cannot be had.
+func seedOrCopy(p Plan, in Input, cfg Config, desired map[string]string) (Plan, bool) {
+	fail := func(prob *Problem) (Plan, bool) {
+		p.Problems = append(p.Problems, *prob)
+		p.TemplateBytes = templateBytes(in.Annotations)
+		return p, false
+	}
+	if in.Seed != nil {
+		if prob := seedFrom(in.Seed, in.CopyFrom != nil, desired); prob != nil {
+			return fail(prob)
+		}
+		recordMachineTemplate(in, desired)
+		return finish(p, in, desired), true
+	}
+	keepOwned(in, desired, nodegroup.LabelsKey, nodegroup.TaintsKey)
+	if prob := copyFrom(in.CopyFrom, cfg, desired); prob != nil {
+		return fail(prob)
+	}
+	for _, k := range []string{nodegroup.CPUKey, nodegroup.MemoryKey, nodegroup.EphemeralDiskKey, nodegroup.MaxPodsKey} {
+		if _, ok := desired[k]; !ok {
+			keepOwned(in, desired, k)
+		}
+	}
+	recordMachineTemplate(in, desired)
+	return finish(p, in, desired), true
+}
+
+// keepOwned keeps the current values of the keys the publisher owns.
+func keepOwned(in Input, desired map[string]string, keys ...string) {
+	for _, k := range keys {
+		if v, ok := in.Annotations[k]; ok && in.Owned.Has(k) {
+			desired[k] = v
+		}
+	}
+}
+
+// recordMachineTemplate notes, with a template written now, which machines it describes.
+func recordMachineTemplate(in Input, desired map[string]string) {
+	if in.MachineTemplate != "" {
+		desired[nodegroup.MachineTemplateAnnotation] = in.MachineTemplate
+	}
 }
 
 func firstHash(byHash map[string][]string) string {

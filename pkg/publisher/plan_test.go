@@ -282,7 +282,7 @@ func TestDecide(t *testing.T) {
 			},
 			// An A100 seed for H100 nodes: the write reports it (divergence_test.go).
 			want: want{apply: with(h100Ann, nodegroup.DivergenceAnnotation, divergence(with(a100Ann, nodegroup.SourceAnnotation, nodegroup.SourceSeed),
-				h100Template(t), h100Ann[template.HashAnnotation], "(n1)").Annotation())},
+				h100Template(t), h100Ann, "(n1)").Annotation())},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

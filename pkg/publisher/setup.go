@@ -116,11 +116,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 		}).
 		WatchesRawSource(source.TypedKind(c, &clusterv1.MachineDeployment{}, mapEvents(r.groupsOfMachineDeployment, func(o, n *clusterv1.MachineDeployment) bool {
 			return !maps.Equal(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
-				o.Spec.ClusterName != n.Spec.ClusterName || !maps.Equal(o.Labels, n.Labels)
+				o.Spec.ClusterName != n.Spec.ClusterName || !maps.Equal(o.Labels, n.Labels) ||
+				o.Spec.Template.Spec.InfrastructureRef != n.Spec.Template.Spec.InfrastructureRef
 		}))).
 		WatchesRawSource(source.TypedKind(c, &clusterv1.MachineSet{}, mapEvents(r.groupsOfMachineSet, func(o, n *clusterv1.MachineSet) bool {
 			return !maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
-				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
+				o.Spec.Template.Spec.InfrastructureRef != n.Spec.Template.Spec.InfrastructureRef
 		}))).
 		WatchesRawSource(source.TypedKind(c, &clusterv1.Machine{}, mapEvents(r.groupsOfMachine, func(o, n *clusterv1.Machine) bool {
 			return o.Status.NodeRef != n.Status.NodeRef || !maps.Equal(o.Labels, n.Labels) ||
@@ -130,7 +132,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager, 
 		b = b.WatchesRawSource(source.TypedKind(c, &clusterv1.MachinePool{}, mapEvents(r.groupsOfMachinePool, func(o, n *clusterv1.MachinePool) bool {
 			return !maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
 				o.Spec.ClusterName != n.Spec.ClusterName || !slices.Equal(o.Spec.ProviderIDList, n.Spec.ProviderIDList) ||
-				!equality.Semantic.DeepEqual(o.Status.NodeRefs, n.Status.NodeRefs)
+				!equality.Semantic.DeepEqual(o.Status.NodeRefs, n.Status.NodeRefs) ||
+				o.Spec.Template.Spec.InfrastructureRef != n.Spec.Template.Spec.InfrastructureRef
 		})))
 	}
 	if r.Workloads == nil {

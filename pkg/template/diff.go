@@ -13,6 +13,8 @@ import (
 // Difference is one way in which a node's template differs from another template (Diff).
 type Difference struct {
 	// Pool is the driver entry: the driver name, followed by its pool suffix if it has one.
+	// Empty for a difference outside the devices (the node group's capacity keys, which the
+	// publisher compares).
 	Pool string
 	// Device is the device's name; empty for a difference of the pool (a pool or counter set
 	// that only one side has, or the pool's own fields).
@@ -29,6 +31,9 @@ func (d Difference) String() string {
 	where := d.Pool
 	if d.Device != "" {
 		where += " device " + d.Device
+	}
+	if where == "" {
+		return fmt.Sprintf("%s: template %s, node %s", d.What, d.Template, d.Node)
 	}
 	return fmt.Sprintf("%s %s: template %s, node %s", where, d.What, d.Template, d.Node)
 }

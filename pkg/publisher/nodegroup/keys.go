@@ -51,6 +51,12 @@ const (
 	// from the template the group had (a seed or a copy; docs/template-publisher.md), says how,
 	// in one line; it stays until someone removes it, for alerts.
 	DivergenceAnnotation = template.AnnotationPrefix + "divergence"
+	// MachineTemplateAnnotation records what the group's template describes: the
+	// infrastructure machine template (MachineTemplateRef) of the group's machines when the
+	// publisher took the template from its nodes, or of the group when it wrote a seed or a
+	// copy. A group at zero whose infrastructure template is no longer this one has a stale
+	// template (docs/template-publisher.md, "A machine type changed at zero").
+	MachineTemplateAnnotation = template.AnnotationPrefix + "machine-template"
 )
 
 // DefaultGPUDriver is the driver dra-driver and gpu-count describe by default.
@@ -83,7 +89,7 @@ var ShapeKeys = []string{CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, DRADri
 // manager accel-dra-template-publisher) and leaves every other annotation alone.
 var ManagedKeys = append(append(append([]string{}, TemplateKeys...),
 	CPUKey, MemoryKey, EphemeralDiskKey, MaxPodsKey, LabelsKey, TaintsKey, DRADriverKey, DRAPoolKey, GPUCountKey),
-	SourceAnnotation, DivergenceAnnotation)
+	SourceAnnotation, DivergenceAnnotation, MachineTemplateAnnotation)
 
 // IsManagedKey reports whether k is one of ManagedKeys.
 func IsManagedKey(k string) bool {

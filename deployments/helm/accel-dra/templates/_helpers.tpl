@@ -130,6 +130,7 @@ CEL list; its write-scope admission policy allows changes of these only.
   "capacity.cluster-autoscaler.kubernetes.io/gpu-count"
   "template.accel-dra.io/source"
   "template.accel-dra.io/divergence"
+  "template.accel-dra.io/machine-template"
   | toJson }}
 {{- end }}
 
