@@ -92,6 +92,8 @@ type claimCase struct {
 	// extendedResource: the pod asks for count of this extended resource in its limits (a
 	// DeviceClass's extendedResourceName) instead of a claim.
 	extendedResource corev1.ResourceName
+	// anyGroup: the pod selects no case label, for a test whose cluster has one group.
+	anyGroup bool
 }
 
 func (cc claimCase) sources() []source {
@@ -171,6 +173,9 @@ func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *
 	if cc.arch != "" {
 		pod.Spec.NodeSelector[corev1.LabelArchStable] = cc.arch
 	}
+	if cc.anyGroup {
+		delete(pod.Spec.NodeSelector, caseLabel)
+	}
 	return rct, pod
 }
 
@@ -190,6 +195,23 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	binDir := autoscalerBinDir(ctx, t)
+	c, cl := startCAPICluster(ctx, t)
+	templates := sourceAnnotations(ctx, t, c, cl, sources, machineDeployment)
+	t.Logf("templates of real nodes of %d sources published after %s", len(sources), time.Since(start).Round(time.Second))
+
+	var all []outcome
+	for _, build := range builds {
+		t.Run(build, func(t *testing.T) {
+			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates, buildOptions{cases: cases, newGroup: machineDeployment})...)
+		})
+	}
+	logDecisions(t, "claim", all, start)
+}
+
+// startCAPICluster starts a control plane with the chart's DeviceClasses and Cluster API's
+// CRDs, and returns it with a client that knows the Cluster API types.
+func startCAPICluster(ctx context.Context, t *testing.T) (*cluster.Cluster, client.Client) {
+	t.Helper()
 	c := cluster.StartForTest(t, cluster.Options{})
 	cl, err := framework.NewCAPIClient(c.RESTConfig())
 	if err != nil {
@@ -201,16 +223,7 @@ func TestAutoscalerScaleFromZero(t *testing.T) {
 	if err := framework.InstallClusterAPI(ctx, c.RESTConfig(), cl); err != nil {
 		t.Fatal(err)
 	}
-	templates := sourceAnnotations(ctx, t, c, cl, sources, machineDeployment)
-	t.Logf("templates of real nodes of %d sources published after %s", len(sources), time.Since(start).Round(time.Second))
-
-	var all []outcome
-	for _, build := range builds {
-		t.Run(build, func(t *testing.T) {
-			all = append(all, runBuild(ctx, t, c, cl, filepath.Join(binDir, "cluster-autoscaler-"+build), build, templates, buildOptions{cases: cases, newGroup: machineDeployment})...)
-		})
-	}
-	logDecisions(t, "claim", all, start)
+	return c, cl
 }
 
 // autoscalerBinDir returns $AUTOSCALER_BIN_DIR, or what hack/build-autoscaler.sh prints.
@@ -407,49 +420,9 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		}
 	}
 
-	port, err := framework.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	proc, err := c.StartProcess("cluster-autoscaler-"+build, []string{bin,
-		"--cloud-provider=clusterapi",
-		"--kubeconfig=" + c.KubeconfigPath(),
-		"--namespace=" + podNS,
-		"--node-group-auto-discovery=clusterapi:namespace=" + framework.CAPINamespace,
-		"--scan-interval=1s",
-		// The provider looks up the groups' infrastructure template kind, which this harness
-		// does not install, with uncached discovery requests, several per group and loop: at
-		// 50 QPS the client's rate limit alone made a loop of 18 groups take 10-14 s.
-		"--kube-client-qps=1000", "--kube-client-burst=2000",
-		"--leader-elect=false",
-		"--scale-down-enabled=false",
-		"--write-status-configmap=false",
-		"--address=" + addr,
-		"--v=4",
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := proc.Stop(); err != nil {
-			t.Logf("stopping the autoscaler: %v", err)
-		}
-	}()
-	// Pods are created once the autoscaler sees all groups, so that the measured time is its
-	// decision and not its start.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-proc.Done():
-			return false, fmt.Errorf("autoscaler exited")
-		default:
-		}
-		n, err := framework.ScrapeMetric(addr, "cluster_autoscaler_node_groups_count", `node_group_type="autoscaled"`)
-		return err == nil && int(n) == nGroups, nil
-	})
-	if err != nil {
-		t.Fatalf("the autoscaler does not see the %d groups: %v\n%s", nGroups, err, proc.LogTail(40))
-	}
+	a := startAutoscaler(ctx, t, c, bin, build, nGroups)
+	defer a.stop(t)
+	proc := a.proc
 
 	var (
 		mu       sync.Mutex
@@ -480,7 +453,7 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		t.Logf("%-13s scaled=%-5q after %-6s %s", o.name, o.scaled, o.latency.Round(100*time.Millisecond), o.reason)
 	}
 	if opts.after != nil && !t.Failed() {
-		opts.after(&autoscalerRun{proc: proc, addr: addr}, groups, outcomes)
+		opts.after(a, groups, outcomes)
 	}
 
 	// Clean up for the next build: its autoscaler must see only its own groups and pods.
@@ -493,6 +466,58 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		}
 	}
 	return outcomes
+}
+
+// startAutoscaler runs an autoscaler build and waits until it sees nGroups node groups (any
+// number after its first loop for a negative nGroups), so that a decision measured after it is
+// its decision and not its start.
+func startAutoscaler(ctx context.Context, t *testing.T, c *cluster.Cluster, bin, build string, nGroups int) *autoscalerRun {
+	t.Helper()
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	proc, err := c.StartProcess("cluster-autoscaler-"+build, []string{bin,
+		"--cloud-provider=clusterapi",
+		"--kubeconfig=" + c.KubeconfigPath(),
+		"--namespace=" + podNS,
+		"--node-group-auto-discovery=clusterapi:namespace=" + framework.CAPINamespace,
+		"--scan-interval=1s",
+		// The provider looks up the groups' infrastructure template kind, which this harness
+		// does not install, with uncached discovery requests, several per group and loop: at
+		// 50 QPS the client's rate limit alone made a loop of 18 groups take 10-14 s.
+		"--kube-client-qps=1000", "--kube-client-burst=2000",
+		"--leader-elect=false",
+		"--scale-down-enabled=false",
+		"--write-status-configmap=false",
+		"--address=" + addr,
+		"--v=4",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-proc.Done():
+			return false, fmt.Errorf("autoscaler exited")
+		default:
+		}
+		n, err := framework.ScrapeMetric(addr, "cluster_autoscaler_node_groups_count", `node_group_type="autoscaled"`)
+		return err == nil && (nGroups < 0 || int(n) == nGroups), nil
+	})
+	a := &autoscalerRun{proc: proc, addr: addr}
+	if err != nil {
+		a.stop(t)
+		t.Fatalf("the autoscaler does not see the %d groups: %v\n%s", nGroups, err, proc.LogTail(40))
+	}
+	return a
+}
+
+func (a *autoscalerRun) stop(t *testing.T) {
+	if err := a.proc.Stop(); err != nil {
+		t.Logf("stopping the autoscaler: %v", err)
+	}
 }
 
 func caseIndex(cases []claimCase, name string) int {

@@ -40,8 +40,15 @@ func TestSeedDivergence(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The nodes that will join the two groups, started first for their cpu and memory: a seed
+	// that says other values diverges on them.
+	for _, group := range []string{"gpu-generated", "gpu-wrong", "gpu-lying"} {
+		e.startGPUNode(group+"-node", nil)
+	}
+	cpu, memory := e.allocatable("gpu-generated-node")
+
 	// The generated seed, and the same with 40Gi GPUs.
-	generated, err := runAccelctl(ctx, c, "template", "generate", "--profile", profile, "--cpu", "96", "--memory", "1000Gi")
+	generated, err := runAccelctl(ctx, c, "template", "generate", "--profile", profile, "--cpu", cpu, "--memory", memory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,17 +76,27 @@ func TestSeedDivergence(t *testing.T) {
 		if md.Annotations[nodegroup.SourceAnnotation] != nodegroup.SourceSeed {
 			t.Fatalf("%s: source %q after seeding", group, md.Annotations[nodegroup.SourceAnnotation])
 		}
-		e.addGPUNode(g, group+"-node", group+"-m")
+		if _, err := g.AddMachine(ctx, cl, group+"-m", group+"-node", true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	seed("gpu-generated", generated)
 	seed("gpu-wrong", wrong)
+
+	// A seed that disagrees with the node on every capacity key it states: a one-GPU arm64
+	// GH200 with other cpu and memory and a taint, for an 8×H100 amd64 node without it.
+	lying, err := runAccelctl(ctx, c, "template", "generate", "--profile", "gh200-1x", "--cpu", "64", "--memory", "512Gi", "--labels", "kubernetes.io/arch=arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed("gpu-lying", lying+"taints:\n- key: dedicated\n  value: ml\n  effect: NoSchedule\n")
 
 	// A GPU the mock does not know, declared by a shape file, on a plugin that runs the shape.
 	shape, err := filepath.Abs("../../docs/examples/shapes/h200-4x-pcie.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h200, err := runAccelctl(ctx, c, "template", "generate", "--profile", "shape:"+shape, "--cpu", "64", "--memory", "512Gi")
+	h200, err := runAccelctl(ctx, c, "template", "generate", "--profile", "shape:"+shape, "--cpu", cpu, "--memory", memory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +165,7 @@ func TestSeedDivergence(t *testing.T) {
 		if err := waitForEvent(ctx, c, "gpu-wrong", "TemplateDiverged"); err != nil {
 			t.Error(err)
 		}
-		for group, want := range map[string]float64{"gpu-wrong": 1, "gpu-generated": 0, "gpu-h200": 0} {
+		for group, want := range map[string]float64{"gpu-wrong": 1, "gpu-lying": 1, "gpu-generated": 0, "gpu-h200": 0} {
 			got, err := e.pub.metric("accel_dra_template_publisher_template_divergences_total", `name="`+group+`"`)
 			if err != nil && want > 0 {
 				t.Fatal(err)
@@ -156,6 +173,30 @@ func TestSeedDivergence(t *testing.T) {
 			if got != want {
 				t.Errorf("%s: divergences_total = %v, want %v", group, got, want)
 			}
+		}
+	})
+
+	// Every key the lying seed stated is reported, before the devices; cpu and memory the
+	// node's real values, whatever this machine has.
+	t.Run("EveryCapacityKeyReported", func(t *testing.T) {
+		md, err := waitForMD(ctx, cl, "gpu-lying", 2*time.Minute, fromNodes)
+		if err != nil {
+			t.Fatalf("the node's template did not replace the seed: %v\n%s", err, e.pub.Proc.LogTail(30))
+		}
+		report := md.Annotations[nodegroup.DivergenceAnnotation]
+		for _, want := range []string{
+			"cpu: template 64, node " + cpu,
+			"memory: template 512Gi, node " + memory,
+			"gpu-count: template 1, node 8",
+			"taint dedicated:NoSchedule: template ml, node <none>",
+			"label kubernetes.io/arch: template arm64, node amd64",
+		} {
+			if !strings.Contains(report, want) {
+				t.Errorf("%s = %q, want it to say %q", nodegroup.DivergenceAnnotation, report, want)
+			}
+		}
+		if err := waitForEvent(ctx, c, "gpu-lying", "TemplateDiverged"); err != nil {
+			t.Error(err)
 		}
 	})
 }

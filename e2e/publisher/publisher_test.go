@@ -374,7 +374,20 @@ func TestPublisher(t *testing.T) {
 // machine of the group.
 func (e *env) addGPUNode(g *framework.NodeGroup, name, machine string) (*cluster.Node, *framework.Plugin) {
 	e.t.Helper()
-	n, err := e.c.AddNode(e.ctx, cluster.NodeOptions{Name: name, Labels: groupLabels})
+	n, p := e.startGPUNode(name, nil)
+	if _, err := g.AddMachine(e.ctx, e.cl, machine, name, true); err != nil {
+		e.t.Fatal(err)
+	}
+	return n, p
+}
+
+// startGPUNode starts a node with a real kubelet (groupLabels and labels) and the plugin on the
+// H100 profile, in no group yet.
+func (e *env) startGPUNode(name string, labels map[string]string) (*cluster.Node, *framework.Plugin) {
+	e.t.Helper()
+	all := maps.Clone(groupLabels)
+	maps.Copy(all, labels)
+	n, err := e.c.AddNode(e.ctx, cluster.NodeOptions{Name: name, Labels: all})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -385,10 +398,21 @@ func (e *env) addGPUNode(g *framework.NodeGroup, name, machine string) (*cluster
 	if _, err := framework.WaitForSlices(e.ctx, e.client, framework.GPUDriver, name, 8); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := g.AddMachine(e.ctx, e.cl, machine, name, true); err != nil {
+	return n, p
+}
+
+// allocatable returns a node's allocatable cpu and memory as the capacity keys write them. A
+// seed that is to agree with the harness's nodes must say these: a seed's capacity keys are
+// compared with the node's like its devices (divergence). Every node of the harness runs on
+// this machine with the same kubelet settings, so they have the same.
+func (e *env) allocatable(node string) (cpu, memory string) {
+	e.t.Helper()
+	n, err := e.client.CoreV1().Nodes().Get(e.ctx, node, metav1.GetOptions{})
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	return n, p
+	ann := nodegroup.Capacity([]*corev1.Node{n})
+	return ann[nodegroup.CPUKey], ann[nodegroup.MemoryKey]
 }
 
 func (e *env) checkAnnotations(ann map[string]string) {

@@ -4,6 +4,7 @@ package publisher
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,16 +21,20 @@ import (
 )
 
 // seedSettings is what the Helm chart renders into the seeds ConfigMap for a seed of
-// publisher.seeds: what the device model does not know.
+// publisher.seeds: what the device model does not know, here the cpu and memory of the node
+// that joins later (so that it agrees with the seed on them).
 const seedSettings = `apiVersion: templateconfig.accel-dra.io/v1alpha1
 kind: NodeGroupSeed
 capacity:
-  cpu: "96"
-  memory: 1000Gi
+  cpu: "%s"
+  memory: %s
   maxPods: 110
 labels:
   node.kubernetes.io/instance-type: p5.48xlarge
 `
+
+// instanceType is the label the seed names; the joining node has it.
+var instanceType = map[string]string{"node.kubernetes.io/instance-type": "p5.48xlarge"}
 
 // TestPublisherSeedMode runs the publisher's seed mode with the real binaries, laid out as the
 // Helm chart lays them out: the seed's settings in --seeds-dir, and its template generated into
@@ -58,7 +63,10 @@ func TestPublisherSeedMode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(seedsDir, "gpu-h100.yaml"), []byte(seedSettings), 0o644); err != nil {
+	// The node that joins the seeded group later, started first for its cpu and memory.
+	e.startGPUNode("gpu-seeded-node", instanceType)
+	cpu, memory := e.allocatable("gpu-seeded-node")
+	if err := os.WriteFile(filepath.Join(seedsDir, "gpu-h100.yaml"), []byte(fmt.Sprintf(seedSettings, cpu, memory)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	plugin, err := framework.Binary("accel-dra-kubelet-plugin")
@@ -75,7 +83,7 @@ func TestPublisherSeedMode(t *testing.T) {
 	}
 
 	// The same node given to accelctl, on a group without the annotation.
-	generated, err := runAccelctl(ctx, c, "template", "generate", "--profile", profile, "--cpu", "96", "--memory", "1000Gi",
+	generated, err := runAccelctl(ctx, c, "template", "generate", "--profile", profile, "--cpu", cpu, "--memory", memory,
 		"--max-pods", "110", "--labels", "node.kubernetes.io/instance-type=p5.48xlarge")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +119,13 @@ func TestPublisherSeedMode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the publisher did not seed the group: %v\n%s", err, e.pub.Proc.LogTail(30))
 		}
-		if diff := cmp.Diff(managed(byAccelctl.Annotations), managed(md.Annotations)); diff != "" {
+		// The publisher records which machines the seed was written for; accelctl does not.
+		if got, want := md.Annotations[nodegroup.MachineTemplateAnnotation], publisher.MachineTemplateRef(md.Spec.Template.Spec.InfrastructureRef); got != want {
+			t.Errorf("%s = %q, want the group's %q", nodegroup.MachineTemplateAnnotation, got, want)
+		}
+		mine := managed(md.Annotations)
+		delete(mine, nodegroup.MachineTemplateAnnotation)
+		if diff := cmp.Diff(managed(byAccelctl.Annotations), mine); diff != "" {
 			t.Errorf("annotations (-accelctl template seed +publisher seed mode):\n%s", diff)
 		}
 		var managers []string
@@ -138,7 +152,9 @@ func TestPublisherSeedMode(t *testing.T) {
 
 	t.Run("NodeReplacesSeed", func(t *testing.T) {
 		seedAnn := managed(byAccelctl.Annotations)
-		e.addGPUNode(seeded, "gpu-seeded-node", "gpu-seeded-m")
+		if _, err := seeded.AddMachine(ctx, cl, "gpu-seeded-m", "gpu-seeded-node", true); err != nil {
+			t.Fatal(err)
+		}
 		md, err := waitForMD(ctx, cl, "gpu-seeded", 2*time.Minute, func(md *clusterv1.MachineDeployment) bool {
 			return md.Annotations[nodegroup.SourceAnnotation] == nodegroup.SourceNodes
 		})
