@@ -124,8 +124,9 @@ type Device struct {
 	MIG *MIG `json:"mig,omitempty"`
 	// Consumes are the shared counters the device uses up when allocated (dynamic MIG).
 	Consumes []CounterConsumption `json:"consumes,omitempty"`
-	// Topology is the GPU's place in the node's NVLink graph and fabric (topology.go); nil for
-	// MIG devices, NPUs and GPUs without an active NVLink link.
+	// Topology is the GPU's place in the node's NVLink graph and fabric, or the NPU's HCCS
+	// group (topology.go); nil for MIG devices, GPUs without an active NVLink link and NPUs
+	// whose group cannot be read.
 	Topology *Topology `json:"topology,omitempty"`
 }
 

@@ -1,6 +1,7 @@
 package device
 
-// Topology is where a whole GPU sits in its node's NVLink graph and its NVLink fabric, as
+// Topology is where a whole GPU sits in its node's NVLink graph and its NVLink fabric (or an
+// Ascend NPU in its HCCS group), as
 // package topology derives it from what the backend read (docs/device-attributes.md, "NVLink
 // and fabric"). Every ID names a set of GPUs of one node and is derived from their sorted PCI
 // bus IDs, so it is the same after a restart and on every node of the same hardware; the
@@ -30,4 +31,8 @@ type Topology struct {
 	// publishes as the node label nvidia.com/gpu.clique), set only where the GPU's fabric
 	// registration completed successfully.
 	FabricClique string `json:"fabricClique,omitempty"`
+	// HCCS is an Ascend NPU's HCCS group, "ring-0" (Ascend 910: two rings of four) or
+	// "mesh-0" (Ascend 910B: one mesh per eight-NPU module); empty where the backend cannot
+	// tell. NPUs have none of the NVLink fields.
+	HCCS string `json:"hccs,omitempty"`
 }

@@ -21,11 +21,16 @@ const (
 	// AttrNVLinkCliques is a list of strings: only where the API server keeps list-type
 	// attributes (DRAListTypeAttributes), see TopologyListAttributes.
 	AttrNVLinkCliques resourceapi.QualifiedName = "nvlinkCliques"
+	// AttrHCCSGroup is an Ascend NPU's HCCS ring or mesh.
+	AttrHCCSGroup resourceapi.QualifiedName = "hccsGroup"
 )
 
 // addTopology adds the scalar topology attributes of d; empty fields are omitted.
 func addTopology(d *device.Device, attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) {
 	t := d.Topology
+	if t != nil && t.HCCS != "" {
+		attrs[AttrHCCSGroup] = str(t.HCCS)
+	}
 	if t == nil || t.Links <= 0 {
 		return
 	}

@@ -3,7 +3,9 @@ package slices_test
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -145,5 +147,41 @@ func TestTopologyListSplitsAt64(t *testing.T) {
 				t.Errorf("slice sizes %v, want %v", sizes, tc.sizes)
 			}
 		})
+	}
+}
+
+// TestTopologyAttributesDocumented: every topology attribute has its row in
+// docs/device-attributes.md, so that the table cannot lose one the code publishes.
+func TestTopologyAttributesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/device-attributes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## NVLink and fabric\n")
+	if !ok {
+		t.Fatal("docs/device-attributes.md has no section NVLink and fabric")
+	}
+	for _, name := range append(slices.Clone(topologyNames), accelslices.AttrHCCSGroup) {
+		if !strings.Contains(section, "| `"+string(name)+"` |") && !strings.Contains(section, "`"+string(name)+"`, ") && !strings.Contains(section, ", `"+string(name)+"` |") {
+			t.Errorf("attribute %s has no row in the NVLink table of docs/device-attributes.md", name)
+		}
+	}
+}
+
+// TestHCCSAttribute: an NPU's HCCS group is published on its own; NPUs have no NVLink.
+func TestHCCSAttribute(t *testing.T) {
+	d := device.Device{Name: "npu-5", Kind: device.KindNPU, Number: 5, Index: 5, UUID: "u", ProductName: "Ascend 910",
+		Topology: &device.Topology{HCCS: "ring-1"}}
+	dev, _, _, err := accelslices.ToAPI(&d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := dev.Attributes[accelslices.AttrHCCSGroup]; a.StringValue == nil || *a.StringValue != "ring-1" {
+		t.Errorf("hccsGroup %+v, want ring-1", a)
+	}
+	for _, name := range topologyNames {
+		if _, ok := dev.Attributes[name]; ok {
+			t.Errorf("NPU with NVLink attribute %s", name)
+		}
 	}
 }

@@ -171,6 +171,7 @@ func (b *Backend) Enumerate(ctx context.Context) (*device.Inventory, error) {
 			continue
 		}
 		d.PCIBusID = f.busID
+		d.Topology = hccsTopology(f.product, f.udevid)
 		if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(f.busID, sysfs); err == nil && attr.Value.StringValue != nil {
 			d.PCIeRoot = *attr.Value.StringValue
 		} else {

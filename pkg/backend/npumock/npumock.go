@@ -99,6 +99,23 @@ var profiles = map[string]profile{
 			{busID: "0000:85:00.0", root: "pci0000:80", bridges: []string{"0000:80:10.0"}, vendor: 0x15b3, device: 0x101b, class: 0x020700, numa: 1},
 		},
 	},
+	// An Atlas 800 training server (model 9000): 8 Ascend 910 over four Kunpeng 920 sockets,
+	// two per NUMA node, each on its own root port; two HCCS rings of four, npu-0..3 and
+	// npu-4..7 (by the chips' physical IDs, hccs.go in the npu backend). Bus IDs illustrative.
+	"ascend910-8x": {
+		description:   "8x Ascend 910 (d801), Atlas 800 training server: two HCCS rings, npu-0..3 and npu-4..7; NUMA 0..3, two NPUs each",
+		driverVersion: "23.0.0",
+		functions: []pciFunction{
+			ascend(0xd801, "0000:01:00.0", "pci0000:00", []string{"0000:00:00.0"}, 0, true),
+			ascend(0xd801, "0000:02:00.0", "pci0000:00", []string{"0000:00:08.0"}, 0, true),
+			ascend(0xd801, "0000:41:00.0", "pci0000:40", []string{"0000:40:00.0"}, 1, true),
+			ascend(0xd801, "0000:42:00.0", "pci0000:40", []string{"0000:40:08.0"}, 1, true),
+			ascend(0xd801, "0000:81:00.0", "pci0000:80", []string{"0000:80:00.0"}, 2, true),
+			ascend(0xd801, "0000:82:00.0", "pci0000:80", []string{"0000:80:08.0"}, 2, true),
+			ascend(0xd801, "0000:c1:00.0", "pci0000:c0", []string{"0000:c0:00.0"}, 3, true),
+			ascend(0xd801, "0000:c2:00.0", "pci0000:c0", []string{"0000:c0:08.0"}, 3, true),
+		},
+	},
 	// Two Atlas 300I Pro inference cards (Ascend 310P) in an x86 server, one per socket. No
 	// serial numbers, so the UUIDs come from node name and bus ID.
 	"ascend310p-2x": {

@@ -39,7 +39,7 @@ func enumerate(t *testing.T, dir, profile, node string) *device.Inventory {
 }
 
 func TestProfiles(t *testing.T) {
-	if diff := cmp.Diff([]string{"ascend310p-2x", "ascend910b-8x", "ascend910b-8x-a2-order", "ascend910b-8x-one-unreadable"}, Profiles()); diff != "" {
+	if diff := cmp.Diff([]string{"ascend310p-2x", "ascend910-8x", "ascend910b-8x", "ascend910b-8x-a2-order", "ascend910b-8x-one-unreadable"}, Profiles()); diff != "" {
 		t.Errorf("Profiles() (-want +got):\n%s", diff)
 	}
 	for _, p := range Profiles() {
