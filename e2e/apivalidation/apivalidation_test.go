@@ -64,6 +64,13 @@ func taint(i int, d *resourceapi.Device) {
 	}
 }
 
+// list gives the first device a list-type attribute (a GPU's NVLink cliques).
+func list(i int, d *resourceapi.Device) {
+	if i == 0 {
+		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"nvlinkCliques": {StringValues: []string{"nvl4-0d28f85f71d3", "nvl2-722e3b8a21de"}}}
+	}
+}
+
 func consume(i int, d *resourceapi.Device) {
 	if i == 0 {
 		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-mem", Counters: counters(1)}}
@@ -152,20 +159,22 @@ func publishedMIG(t *testing.T, profile string) []resourceapi.ResourceSliceSpec 
 }
 
 func TestAgainstAPIServer(t *testing.T) {
-	// Two fields whose rules pkg/apivalidation restates are behind alpha gates in 1.37; without
+	// Fields whose rules pkg/apivalidation restates are behind alpha gates in 1.37 (list-type
+	// attributes among them); without
 	// them the API server drops the fields before validating, and the cases would prove nothing.
 	c := cluster.StartForTest(t, cluster.Options{APIServerFlags: []string{
-		"--feature-gates=DRAOptionalNodeOperations=true,DRAPartitionableDevicesType=true,DRAResourcePoolStatus=true",
+		"--feature-gates=DRAOptionalNodeOperations=true,DRAPartitionableDevicesType=true,DRAResourcePoolStatus=true,DRAListTypeAttributes=true",
 	}})
 	client := c.Client().ResourceV1().ResourceSlices()
 	ctx := context.Background()
 
 	cases := map[string]resourceapi.ResourceSliceSpec{
 		// Valid.
-		"published h100 slice":             published(t, "h100-8x-2numa"),
-		"published slice, version omitted": published(t, "broken-driver-version"),
-		"128 devices":                      spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(128) }),
-		"64 devices, one tainted":          spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(64, taint) }),
+		"published h100 slice":                  published(t, "h100-8x-2numa"),
+		"published slice, version omitted":      published(t, "broken-driver-version"),
+		"128 devices":                           spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(128) }),
+		"64 devices, one tainted":               spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(64, taint) }),
+		"64 devices, one with a list attribute": spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(64, list) }),
 		"64 devices, one consuming counters": spec(func(s *resourceapi.ResourceSliceSpec) {
 			s.Devices = devs(64, consume)
 		}),
@@ -235,6 +244,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		"129 devices":                              spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(129) }),
 		"65 devices, one tainted":                  spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, taint) }),
 		"65 devices, one consuming counters":       spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, consume) }),
+		"65 devices, one with a list attribute":    spec(func(s *resourceapi.ResourceSliceSpec) { s.Devices = devs(65, list) }),
 		"33 attributes and capacities":             withDevicesN(func(d *resourceapi.Device) { fillAttrs(d, 30) }),
 		"65-character string":                      spec(withAttr("productName", str(strings.Repeat("x", 65)))),
 		"version with leading zero":                spec(withAttr("driverVersion", ver("570.124.06"))),

@@ -225,6 +225,11 @@ func TestTopology(t *testing.T) {
 					if _, ok := d.Attributes["nvlinkIsland"]; ok {
 						got++
 					}
+					// The gate DRAListTypeAttributes is off here: the plugin's dry run sees the
+					// server drop list values and publishes none (TestTopologyCliques has it on).
+					if _, ok := d.Attributes["nvlinkCliques"]; ok {
+						t.Errorf("node %s: %s has nvlinkCliques on a server that drops list values", name, d.Name)
+					}
 				}
 			}
 			if got != want {
@@ -319,4 +324,81 @@ func TestTopology(t *testing.T) {
 		e.cleanup(t, ex.template.Name, "prefer-a", "prefer-a2", "prefer-b")
 	})
 	e.cleanup(t, pairEx.template.Name, pairs[1:]...)
+}
+
+// TestTopologyCliques runs the claim for pairwise-connected GPUs by their list of maximal
+// cliques on a cluster with list-type attributes (the alpha gate DRAListTypeAttributes on the
+// API server and the scheduler): the plugin finds with a dry run that the server keeps list
+// values and publishes nvlinkCliques; on the hybrid cube mesh four GPUs with a clique in
+// common are one of its two quads, and with one GPU of each quad taken the claim waits
+// although six GPUs are free.
+func TestTopologyCliques(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	gate := "--feature-gates=DRAListTypeAttributes=true"
+	c := cluster.StartForTest(t, cluster.Options{APIServerFlags: []string{gate}, SchedulerFlags: []string{gate}})
+	e := &env{ctx: ctx, client: c.Client(), peers: map[string]map[[2]string]bool{}}
+	if err := framework.EnsureChartDeviceClasses(ctx, e.client); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.AddNode(ctx, cluster.NodeOptions{Name: "cube"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.StartPlugin(ctx, c, n, framework.PluginOptions{Backend: "mock", Profile: nodes["cube"]}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := nvmlmock.NewServer(nodes["cube"], "cube")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.peers["cube"] = s.NVLinkPeers()
+	sl, err := framework.WaitForSlices(ctx, e.client, framework.GPUDriver, "cube", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sl {
+		for _, d := range s.Spec.Devices {
+			if a := d.Attributes["nvlinkCliques"]; len(a.StringValues) != 2 {
+				t.Errorf("%s: nvlinkCliques %+v, want its quad and its cross pair", d.Name, a)
+			}
+		}
+	}
+	ex := load(t, "topology-pairwise-list.yaml")
+	// gpu-0 and gpu-4 taken leave six GPUs free and no four pairwise connected: one GPU of
+	// each quad is gone, and the other cliques are pairs.
+	for _, idx := range []int{0, 4} {
+		name := fmt.Sprintf("hold-gpu-%d", idx)
+		tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: framework.DeviceClaim("gpus", framework.GPUDriver, 1,
+				[]string{fmt.Sprintf(`device.attributes[%q].index == %d`, framework.GPUDriver, idx)}, "")}}}
+		if _, err := e.client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := ex.pod.DeepCopy()
+		pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = &tmpl.Name
+		e.createPod(t, example{pod: *pod}, name)
+		if a := e.running(t, name); !slices.Equal(a.devices, []string{fmt.Sprintf("gpu-%d", idx)}) {
+			t.Fatalf("%s got %v", name, a.devices)
+		}
+	}
+	e.apply(t, ex, "pairwise-held")
+	e.pending(t, "pairwise-held")
+	e.cleanup(t, "hold-gpu-0", "hold-gpu-0", "hold-gpu-4", "pairwise-held")
+	if err := e.client.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, "hold-gpu-4", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createPod(t, ex, "pairwise-a")
+	e.createPod(t, ex, "pairwise-b")
+	var got [][]string
+	for _, p := range []string{"pairwise-a", "pairwise-b"} {
+		a := e.running(t, p)
+		e.pairwise(t, p, a)
+		got = append(got, a.devices)
+	}
+	slices.SortFunc(got, func(x, y []string) int { return strings.Compare(x[0], y[0]) })
+	if want := [][]string{{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, {"gpu-4", "gpu-5", "gpu-6", "gpu-7"}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the two claims got %v, want the quads %v", got, want)
+	}
+	e.cleanup(t, ex.template.Name, "pairwise-a", "pairwise-b")
 }

@@ -162,10 +162,19 @@ func (g *gateCheck) dryRun(ctx context.Context, desired map[string]resourceslice
 // run, a webhook refusing it) is logged and not a refusal: the slice controller's reports
 // still catch a dropped taint when one is published.
 func (g *gateCheck) probeTaints(ctx context.Context) []serverfeatures.Drop {
-	want := resourceslice.Slice{Devices: []resourceapi.Device{{
+	drops, err := g.probe(ctx, resourceapi.Device{
 		Name:   "dry-run-probe",
 		Taints: []resourceapi.DeviceTaint{{Key: g.driverName + "/probe", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
-	}}}
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Dry-run ResourceSlice with a device taint; whether the server keeps taints is checked when one is published")
+	}
+	return drops
+}
+
+// probe dry-run creates a slice of one device and returns what the server dropped of it.
+func (g *gateCheck) probe(ctx context.Context, dev resourceapi.Device) ([]serverfeatures.Drop, error) {
+	want := resourceslice.Slice{Devices: []resourceapi.Device{dev}}
 	probe := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: g.nodeName + "-" + g.driverName + "-probe-"},
 		Spec: resourceapi.ResourceSliceSpec{
@@ -176,10 +185,9 @@ func (g *gateCheck) probeTaints(ctx context.Context) []serverfeatures.Drop {
 	}
 	got, err := g.kube.ResourceV1().ResourceSlices().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Dry-run ResourceSlice with a device taint; whether the server keeps taints is checked when one is published")
-		return nil
+		return nil, err
 	}
-	return serverfeatures.CompareSlice(g.nodeName, &want, serverfeatures.FromAPI(got))
+	return serverfeatures.CompareSlice(g.nodeName, &want, serverfeatures.FromAPI(got)), nil
 }
 
 // refuse records the refusal where an operator looks (the Node's events) and, with withdraw

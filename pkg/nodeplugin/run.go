@@ -181,6 +181,7 @@ func Run(ctx context.Context, o *Options) error {
 	if partitioner != nil {
 		partitioner = countedPartitioner{Partitioner: partitioner, m: m}
 	}
+	cliques := nvlinkCliquesKept(ctx, newGateCheck(o, kube, events), inv)
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
@@ -189,7 +190,7 @@ func Run(ctx context.Context, o *Options) error {
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
 		// NVIDIA compatibility mode (compat.go); nil and empty without it.
 		ConfigTranslator: o.configTranslator(), ConfigApplies: o.configApplies(), TaintKeys: o.taintKeys(),
-		Attributes: o.attributes(),
+		Attributes: withNVLinkCliques(o.attributes(), cliques),
 	})
 	if err != nil {
 		return err
