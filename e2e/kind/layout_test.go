@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
@@ -147,15 +146,5 @@ func (e *env) checkSpecHostPath(ctx context.Context, t *testing.T, d allocatedDe
 // publishedGPUs counts the devices of the GPU driver's slices.
 func (e *env) publishedGPUs(ctx context.Context, t *testing.T) int {
 	t.Helper()
-	list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, s := range list.Items {
-		if s.Spec.Driver == gpuClass {
-			n += len(s.Spec.Devices)
-		}
-	}
-	return n
+	return e.publishedDevices(ctx, t, gpuClass)
 }

@@ -44,7 +44,8 @@ docker info >/dev/null 2>&1 || { echo "up.sh: no Docker engine answers (docker i
 
 if [ "$images" = local ]; then
   say "building the node image (hack/kind/node-image.sh)"
-  node_image=$("$here/node-image.sh")
+  # ACCEL_DRA_NODE_RUNTIME=containerd1: the variant whose containerd 1.7 ignores CDI.
+  node_image=$("$here/node-image${ACCEL_DRA_NODE_RUNTIME:+-$ACCEL_DRA_NODE_RUNTIME}.sh")
   say "building the plugin image (make build, hack/kind/plugin-image.sh)"
   make -C "$ROOT" build PLATFORMS=linux/"$(go env GOARCH)" >/dev/null
   plugin_image=$("$here/plugin-image.sh" "${IMAGE_TAG:-dev}")

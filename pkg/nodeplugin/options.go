@@ -121,6 +121,14 @@ type Options struct {
 	// ResourceSlices because a feature gate is off: DroppedFieldsRefuse or DroppedFieldsWarn
 	// (gates.go, docs/versions.md).
 	DroppedFields string
+
+	// RuntimeEndpoint is the node's CRI socket as this process sees it, for the CDI canary
+	// (runtimecheck.go); empty: no canary. RuntimeCanaryImage is the image the canary's
+	// container is created from (the plugin's own), RuntimeCDICheck what the plugin does where
+	// the canary shows the runtime ignoring CDI: RuntimeCDIRefuse or RuntimeCDIWarn.
+	RuntimeEndpoint    string
+	RuntimeCanaryImage string
+	RuntimeCDICheck    string
 }
 
 // GPU mock driver roots (--mock-driver-root).
@@ -157,6 +165,7 @@ func NewOptions() *Options {
 		Kube:                kubeclient.DefaultOptions(),
 		Logging:             logsapi.NewLoggingConfiguration(),
 		DroppedFields:       DroppedFieldsRefuse,
+		RuntimeCDICheck:     RuntimeCDIRefuse,
 	}
 }
 
@@ -207,6 +216,9 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", o.MIGProfiles, "With --dynamic-mig: the MIG profiles published, as NVIDIA names them (1g.10gb,1g.10gb+me,3g.40gb), or all. Each GPU in MIG mode publishes its whole device and the partitions of the listed profiles it offers; every partition costs the scheduler on every node it examines, so list the profiles your claims ask for (see docs/mig.md and docs/scheduling-benchmark.md). A listed profile no GPU of the node offers is logged, not an error, so that one list serves nodes of several GPU models.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --http-address.")
 	fs.StringVar(&o.DroppedFields, "dropped-fields", o.DroppedFields, "What to do when kube-apiserver drops fields of the published ResourceSlices because a feature gate is off (device taints, shared counters, consumable capacity, ...): refuse (a Warning event on the Node naming the gate, 503 on /healthz, the slices withdrawn, exit status 1) or warn (the event and an error log; the plugin serves the slices as the server kept them). See docs/versions.md.")
+	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", o.RuntimeEndpoint, "The node's container runtime's CRI socket as this process sees it (unix:///...): at start the plugin creates, and removes, a container there that asks for a canary CDI device, and reads from the runtime whether the device's edit reached the container's spec (a runtime that ignores CDI starts claims' containers without their devices, and without an error). Empty: no canary; the plugin infers from the Node's runtime version and, where visible, containerd's configuration, and only warns.")
+	fs.StringVar(&o.RuntimeCanaryImage, "runtime-canary-image", o.RuntimeCanaryImage, "An image the runtime has (the plugin's own) that the CDI canary's container is created from; it is never started.")
+	fs.StringVar(&o.RuntimeCDICheck, "runtime-cdi-check", o.RuntimeCDICheck, "What to do when the CDI canary shows that the container runtime ignores CDI: refuse (a Warning event RuntimeIgnoresCDI on the Node, and no devices published, so that no pod is scheduled to a device it cannot get; the plugin still registers, to unprepare) or warn (the event; the devices are published). See docs/troubleshooting.md.")
 	o.Kube.AddFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 	return fs
@@ -255,6 +267,12 @@ func (o *Options) Complete() error {
 	}
 	if err := checkDroppedFieldsMode(o.DroppedFields); err != nil {
 		return err
+	}
+	if err := checkRuntimeCDIMode(o.RuntimeCDICheck); err != nil {
+		return err
+	}
+	if o.RuntimeEndpoint != "" && o.RuntimeCanaryImage == "" {
+		return fmt.Errorf("--runtime-endpoint needs --runtime-canary-image, an image the runtime has, for the CDI canary's container")
 	}
 	if err := mig.ValidateProfiles(o.MIGProfiles); err != nil {
 		return fmt.Errorf("--mig-profiles: %w", err)

@@ -18,6 +18,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -155,6 +156,8 @@ func Run(ctx context.Context, o *Options) error {
 	if inv.Kind == device.KindGPU {
 		checkRuntimeExposure(ctx, o.hostRoot(), events)
 	}
+	start.waitFor(ctx, "the container runtime to show whether it applies CDI devices (the CDI canary: a container created and removed through --runtime-endpoint)")
+	canaryAnswered, withhold := checkRuntimeCanary(ctx, o, events)
 	// Beside the start-up, not in it: a slow API server must not hold the plugin back (the
 	// start-up waits for it only where /healthz says so), and the check only warns. It ends
 	// before the events sink stops.
@@ -164,6 +167,9 @@ func Run(ctx context.Context, o *Options) error {
 		defer close(runtimeChecked)
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
+		if canaryAnswered {
+			return
+		}
 		if node, err := kube.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err == nil {
 			checkRuntimeCDI(ctx, o.hostRoot(), node.Status.NodeInfo.ContainerRuntimeVersion, events)
 		} else {
@@ -255,7 +261,13 @@ func Run(ctx context.Context, o *Options) error {
 	// the server keeps them is asked now too, rather than when the first device fails.
 	// Devices another DRA driver publishes on this node are left out of the slices, in every
 	// mode (otherdrivers.go): the plugin yields them rather than hand them out a second time.
-	yield := &yielding{driverName: o.DriverName, resources: drv.Resources, events: normalEvents(events)}
+	published := drv.Resources
+	if withhold {
+		// The runtime ignores CDI (checkRuntimeCanary): no device, so that no pod is scheduled
+		// to one its container cannot get.
+		published = func() resourceslice.DriverResources { return resourceslice.DriverResources{} }
+	}
+	yield := &yielding{driverName: o.DriverName, resources: published, events: normalEvents(events)}
 	start.waitFor(ctx, "the node's ResourceSlices, for devices other DRA drivers publish")
 	if err := otherdrivers.Watch(ctx, kube, o.DriverName, o.NodeName, yield.set); err != nil {
 		return err

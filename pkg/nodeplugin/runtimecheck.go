@@ -7,11 +7,13 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	nvconfig "github.com/NVIDIA/nvidia-container-toolkit/api/config/v1"
 	nvtoml "github.com/NVIDIA/nvidia-container-toolkit/pkg/config/toml"
 	"k8s.io/klog/v2"
 
+	"github.com/accel-dra/accel-dra/pkg/cdicanary"
 	"github.com/accel-dra/accel-dra/pkg/driver"
 )
 
@@ -189,7 +191,8 @@ const ReasonRuntimeIgnoresCDI = "RuntimeIgnoresCDI"
 // root (the host's /; "" when not visible) could not be read: then why says what to check.
 func runtimeIgnoresCDI(root, runtimeVersion string) (why string, verified bool, err error) {
 	v, ok := strings.CutPrefix(runtimeVersion, "containerd://")
-	if !ok || !strings.HasPrefix(v, "1.") {
+	// containerd's own builds report v1.7.35 (its Makefile's git describe), distributions' 1.7.35.
+	if !ok || !strings.HasPrefix(strings.TrimPrefix(v, "v"), "1.") {
 		return "", true, nil
 	}
 	var cfgs []containerdConfig
@@ -230,4 +233,67 @@ func checkRuntimeCDI(ctx context.Context, root, runtimeVersion string, events dr
 			events.Warning(ReasonRuntimeIgnoresCDI, why)
 		}
 	}
+}
+
+// Runtime CDI check modes (--runtime-cdi-check), for a runtime the canary shows ignoring CDI.
+const (
+	// RuntimeCDIRefuse: the Warning event, and the plugin publishes no devices (it still
+	// registers, so that claims prepared earlier can be unprepared): a device that no
+	// container can get is worse than none, since the scheduler sends pods to it.
+	RuntimeCDIRefuse = "refuse"
+	// RuntimeCDIWarn: the Warning event; the plugin publishes its devices.
+	RuntimeCDIWarn = "warn"
+)
+
+func checkRuntimeCDIMode(mode string) error {
+	if mode != RuntimeCDIRefuse && mode != RuntimeCDIWarn {
+		return fmt.Errorf("--runtime-cdi-check=%q: want %s or %s", mode, RuntimeCDIRefuse, RuntimeCDIWarn)
+	}
+	return nil
+}
+
+// runtimeCanaryTimeout bounds the canary: a few CRI calls on the node, a second or two.
+const runtimeCanaryTimeout = 30 * time.Second
+
+// canaryRuntime connects to the CRI runtime service at endpoint; a variable for tests.
+var canaryRuntime = cdicanary.Dial
+
+// checkRuntimeCanary asks the runtime at --runtime-endpoint, with the CDI canary, whether it
+// applies CDI devices. answered is false where there is no endpoint or the canary could not
+// tell (logged): then runtimeIgnoresCDI's inference from the version stands in. withhold says
+// that the plugin must publish no devices: the runtime ignores CDI and the mode is refuse.
+func checkRuntimeCanary(ctx context.Context, o *Options, events driver.EventSink) (answered, withhold bool) {
+	logger := klog.FromContext(ctx)
+	if o.RuntimeEndpoint == "" {
+		logger.V(2).Info("No --runtime-endpoint: not asking the container runtime whether it applies CDI devices")
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, runtimeCanaryTimeout)
+	defer cancel()
+	rt, closeRuntime, err := canaryRuntime(o.RuntimeEndpoint)
+	var applied bool
+	if err == nil {
+		defer func() { _ = closeRuntime() }()
+		applied, err = cdicanary.Check(ctx, rt, cdicanary.Options{CDIDir: o.CDIRoot, Image: o.RuntimeCanaryImage, Namespace: o.MPSDaemonNamespace})
+	}
+	switch {
+	case err != nil:
+		logger.Error(err, "The CDI canary could not tell whether the container runtime applies CDI devices", "endpoint", o.RuntimeEndpoint)
+		return false, false
+	case applied:
+		logger.Info("The container runtime applies CDI devices (the CDI canary's edit is in its container's spec)", "endpoint", o.RuntimeEndpoint)
+		return true, false
+	}
+	withhold = o.RuntimeCDICheck == RuntimeCDIRefuse
+	then := "the plugin publishes its devices anyway (--runtime-cdi-check=warn)"
+	if withhold {
+		then = "the plugin publishes no devices until it restarts on a runtime that applies CDI (--runtime-cdi-check=refuse)"
+	}
+	why := fmt.Sprintf("the container runtime (%s) ignores CDI: it created the CDI canary's container without the canary device's edit, and without an error, as it would start every claim's container without its devices and the driver's files; %s. "+
+		`containerd 1.7: set enable_cdi = true and cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"] in its [plugins."io.containerd.grpc.v1.cri"] section and restart containerd, then the plugin's pod (docs/troubleshooting.md)`, o.RuntimeEndpoint, then)
+	logger.Info("Warning: "+why, "reason", ReasonRuntimeIgnoresCDI)
+	if events != nil {
+		events.Warning(ReasonRuntimeIgnoresCDI, why)
+	}
+	return true, withhold
 }

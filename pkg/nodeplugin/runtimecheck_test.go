@@ -9,6 +9,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
+	"github.com/accel-dra/accel-dra/pkg/cdicanary"
+	"github.com/accel-dra/accel-dra/pkg/cdicanary/canarytest"
 )
 
 // TestRuntimeExposure lays out host roots as the GPU operator's toolkit, `nvidia-ctk runtime
@@ -140,13 +142,14 @@ func TestRuntimeIgnoresCDI(t *testing.T) {
 		want         []string // substrings of the warning; none: no warning
 		wantVerified bool
 	}{
-		"containerd 2.x":              {runtime: "containerd://2.1.4", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true},
-		"cri-o":                       {runtime: "cri-o://1.34.0", wantVerified: true},
-		"containerd 1.7 with CDI":     {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI}, wantVerified: true},
-		"containerd 1.7 without":      {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd 1.7.28", "/etc/containerd/config.toml", "enable_cdi = true"}},
-		"containerd 1.7 turned off":   {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI, "etc/containerd/conf.d/x.toml": v2Off}, wantVerified: true},
-		"containerd 1.7, k3s":         {runtime: "containerd://1.7.27-k3s1", files: map[string]string{"var/lib/rancher/k3s/agent/etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml"}},
-		"containerd 1.7, not visible": {runtime: "containerd://1.7.28", noRoot: true, want: []string{"cannot see", "containerd config dump"}},
+		"containerd 2.x":                {runtime: "containerd://2.1.4", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true},
+		"cri-o":                         {runtime: "cri-o://1.34.0", wantVerified: true},
+		"containerd 1.7, its own build": {runtime: "containerd://v1.7.35", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd v1.7.35"}},
+		"containerd 1.7 with CDI":       {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI}, wantVerified: true},
+		"containerd 1.7 without":        {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd 1.7.28", "/etc/containerd/config.toml", "enable_cdi = true"}},
+		"containerd 1.7 turned off":     {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI, "etc/containerd/conf.d/x.toml": v2Off}, wantVerified: true},
+		"containerd 1.7, k3s":           {runtime: "containerd://1.7.27-k3s1", files: map[string]string{"var/lib/rancher/k3s/agent/etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml"}},
+		"containerd 1.7, not visible":   {runtime: "containerd://1.7.28", noRoot: true, want: []string{"cannot see", "containerd config dump"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -192,6 +195,76 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 		}
 		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestRuntimeCanary: where the CDI canary shows the runtime ignoring CDI, the plugin warns on
+// the Node and, in refuse mode, withholds its devices; where the runtime applies CDI it says
+// nothing; where the canary cannot tell, the version's inference stands in.
+func TestRuntimeCanary(t *testing.T) {
+	tests := map[string]struct {
+		endpoint     string
+		runtime      func(cdiDir string) *canarytest.Runtime
+		mode         string
+		wantAnswered bool
+		wantWithhold bool
+		wantEvent    bool
+	}{
+		"no endpoint":                   {mode: RuntimeCDIRefuse},
+		"CDI applied":                   {endpoint: "/run/containerd/containerd.sock", runtime: func(d string) *canarytest.Runtime { return canarytest.New(true, d) }, mode: RuntimeCDIRefuse, wantAnswered: true},
+		"CDI ignored, refuse":           {endpoint: "/run/containerd/containerd.sock", runtime: func(d string) *canarytest.Runtime { return canarytest.New(false, d) }, mode: RuntimeCDIRefuse, wantAnswered: true, wantWithhold: true, wantEvent: true},
+		"CDI ignored, warn":             {endpoint: "/run/containerd/containerd.sock", runtime: func(d string) *canarytest.Runtime { return canarytest.New(false, d) }, mode: RuntimeCDIWarn, wantAnswered: true, wantEvent: true},
+		"canary cannot tell: no answer": {endpoint: "/run/containerd/containerd.sock", runtime: func(string) *canarytest.Runtime { return canarytest.New(true, "/nonexistent") }, mode: RuntimeCDIRefuse},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			o := NewOptions()
+			o.CDIRoot, o.RuntimeEndpoint, o.RuntimeCanaryImage, o.RuntimeCDICheck = t.TempDir(), tc.endpoint, "plugin:test", tc.mode
+			var rt *canarytest.Runtime
+			if tc.runtime != nil {
+				rt = tc.runtime(o.CDIRoot)
+			}
+			old := canaryRuntime
+			t.Cleanup(func() { canaryRuntime = old })
+			canaryRuntime = func(string) (cdicanary.Runtime, func() error, error) { return rt, func() error { return nil }, nil }
+			var events recordedWarnings
+			answered, withhold := checkRuntimeCanary(ctx, o, &events)
+			if answered != tc.wantAnswered || withhold != tc.wantWithhold {
+				t.Errorf("answered %v, withhold %v; want %v, %v", answered, withhold, tc.wantAnswered, tc.wantWithhold)
+			}
+			if (len(events) == 1) != tc.wantEvent || len(events) > 1 {
+				t.Fatalf("events %q, want one: %v", events, tc.wantEvent)
+			}
+			if tc.wantEvent && (!strings.Contains(events[0], ReasonRuntimeIgnoresCDI) || !strings.Contains(events[0], "--runtime-cdi-check="+tc.mode) || !strings.Contains(events[0], "enable_cdi = true")) {
+				t.Errorf("event %q does not name the reason, the mode and the fix", events[0])
+			}
+			if rt != nil && (len(rt.Sandboxes) != 0 || len(rt.Containers) != 0) {
+				t.Errorf("the canary left sandboxes %v, containers %v", rt.Sandboxes, rt.Containers)
+			}
+		})
+	}
+}
+
+func TestRuntimeCDICheckFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: []string{"--runtime-cdi-check=refuse"}},
+		{args: []string{"--runtime-cdi-check=warn", "--runtime-endpoint=/run/containerd/containerd.sock", "--runtime-canary-image=plugin:1"}},
+		{args: []string{"--runtime-cdi-check=off"}, wantErr: `--runtime-cdi-check="off"`},
+		{args: []string{"--runtime-endpoint=/run/containerd/containerd.sock"}, wantErr: "--runtime-canary-image"},
+	} {
+		o := NewOptions()
+		o.NodeName = "n"
+		if err := o.NewFlagSet().Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Complete()
+		if (err != nil) != (tc.wantErr != "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%v: Complete: %v, want an error with %q", tc.args, err, tc.wantErr)
 		}
 	}
 }
