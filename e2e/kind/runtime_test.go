@@ -30,7 +30,7 @@ func TestRuntimeWithoutCDI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, "containerd://v1.7.") {
+	if v := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, "containerd://1.7.") {
 		t.Fatalf("the node runs %s, want containerd 1.7 (hack/kind/node-image-containerd1.sh)", v)
 	}
 

@@ -40,8 +40,8 @@ trap cleanup EXIT
 # containerd 1.7's go.mod has an exclude directive, so `go install @version` refuses it (it
 # builds a module's packages only where its go.mod means the same as a dependency's): it is
 # built in a copy of the module, with its own go.mod and go.sum, as its maintainers build it,
-# and with the version as their Makefile sets it (git describe: v1.7.35), which the Node then
-# reports as containerd://v1.7.35.
+# and with the version as their Makefile sets it (git describe: v1.7.35; the Node reports
+# containerd://1.7.35, the kubelet drops the v as it parses the version).
 bin=$cache/bin/containerd-$CONTAINERD1_VERSION-$(sha256sum < "$0" | cut -c1-16)
 want=(containerd containerd-shim-runc-v2 ctr)
 complete() { for f in "${want[@]}"; do [ -x "$bin/$f" ] || return 1; done; }

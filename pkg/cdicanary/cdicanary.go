@@ -46,6 +46,8 @@ const (
 	EnvName = "ACCEL_DRA_CDI_CANARY"
 	// SandboxName is the canary sandbox's metadata name, as crictl pods shows it.
 	SandboxName = "accel-dra-cdi-canary"
+	// CgroupParent is the canary sandbox's cgroup parent.
+	CgroupParent = "kubepods.slice"
 )
 
 // Runtime is what the canary needs of a CRI runtime service (k8s.io/cri-api's RuntimeService,
@@ -107,9 +109,17 @@ func Check(ctx context.Context, rt Runtime, o Options) (applied bool, err error)
 	sandboxConfig := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: SandboxName, Namespace: o.Namespace, Uid: nonce},
 		Labels:   map[string]string{"app.kubernetes.io/name": SandboxName},
-		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
-		}},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			// A runtime with the systemd cgroup driver (kind's, most nodes') refuses a sandbox
+			// without a slice: runc wants cgroupsPath "slice:prefix:name", which containerd
+			// makes from the parent's base name. The kubelet's pods live under kubepods.slice.
+			// With the cgroupfs driver containerd joins it as a path, relative to its own
+			// cgroup, where runc creates it for the second the sandbox lives.
+			CgroupParent: CgroupParent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+			},
+		},
 	}
 	sandbox, err := rt.RunPodSandbox(ctx, sandboxConfig, "")
 	if err != nil {

@@ -191,7 +191,8 @@ const ReasonRuntimeIgnoresCDI = "RuntimeIgnoresCDI"
 // root (the host's /; "" when not visible) could not be read: then why says what to check.
 func runtimeIgnoresCDI(root, runtimeVersion string) (why string, verified bool, err error) {
 	v, ok := strings.CutPrefix(runtimeVersion, "containerd://")
-	// containerd's own builds report v1.7.35 (its Makefile's git describe), distributions' 1.7.35.
+	// The kubelet reports a version it parses without the v of containerd's own builds
+	// (v1.7.35 becomes 1.7.35: kuberuntime newRuntimeVersion); one it cannot parse as it is.
 	if !ok || !strings.HasPrefix(strings.TrimPrefix(v, "v"), "1.") {
 		return "", true, nil
 	}

@@ -142,14 +142,14 @@ func TestRuntimeIgnoresCDI(t *testing.T) {
 		want         []string // substrings of the warning; none: no warning
 		wantVerified bool
 	}{
-		"containerd 2.x":                {runtime: "containerd://2.1.4", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true},
-		"cri-o":                         {runtime: "cri-o://1.34.0", wantVerified: true},
-		"containerd 1.7, its own build": {runtime: "containerd://v1.7.35", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd v1.7.35"}},
-		"containerd 1.7 with CDI":       {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI}, wantVerified: true},
-		"containerd 1.7 without":        {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd 1.7.28", "/etc/containerd/config.toml", "enable_cdi = true"}},
-		"containerd 1.7 turned off":     {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI, "etc/containerd/conf.d/x.toml": v2Off}, wantVerified: true},
-		"containerd 1.7, k3s":           {runtime: "containerd://1.7.27-k3s1", files: map[string]string{"var/lib/rancher/k3s/agent/etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml"}},
-		"containerd 1.7, not visible":   {runtime: "containerd://1.7.28", noRoot: true, want: []string{"cannot see", "containerd config dump"}},
+		"containerd 2.x":                   {runtime: "containerd://2.1.4", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true},
+		"cri-o":                            {runtime: "cri-o://1.34.0", wantVerified: true},
+		"containerd 1.7, unparsed version": {runtime: "containerd://v1.7.35", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd v1.7.35"}},
+		"containerd 1.7 with CDI":          {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI}, wantVerified: true},
+		"containerd 1.7 without":           {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"containerd 1.7.28", "/etc/containerd/config.toml", "enable_cdi = true"}},
+		"containerd 1.7 turned off":        {runtime: "containerd://1.7.28", files: map[string]string{"etc/containerd/config.toml": v2CDI, "etc/containerd/conf.d/x.toml": v2Off}, wantVerified: true},
+		"containerd 1.7, k3s":              {runtime: "containerd://1.7.27-k3s1", files: map[string]string{"var/lib/rancher/k3s/agent/etc/containerd/config.toml": v2NoCDI}, wantVerified: true, want: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml"}},
+		"containerd 1.7, not visible":      {runtime: "containerd://1.7.28", noRoot: true, want: []string{"cannot see", "containerd config dump"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,6 +26,9 @@ type Runtime struct {
 	NoInfo     bool     // a runtime whose verbose status carries no spec
 	SandboxErr error    // RunPodSandbox fails
 	CreateErr  error    // CreateContainer fails (before any CDI)
+	// SystemdCgroup is containerd's runc option: runc then refuses a sandbox whose cgroup
+	// parent is not a systemd slice (containerd makes cgroupsPath "<parent's base>:cri-containerd:<id>").
+	SystemdCgroup bool
 
 	// Sandboxes (id: running) and Containers (id: the spec generated) it holds.
 	Sandboxes  map[string]bool
@@ -32,9 +37,10 @@ type Runtime struct {
 	Calls int
 }
 
-// New returns a runtime that applies CDI from dirs where cdi, and ignores it otherwise.
+// New returns a runtime that applies CDI from dirs where cdi, and ignores it otherwise, with the
+// systemd cgroup driver (kind's, and most nodes').
 func New(cdi bool, dirs ...string) *Runtime {
-	return &Runtime{CDI: cdi, CDIDirs: dirs, Sandboxes: map[string]bool{}, Containers: map[string]*oci.Spec{}}
+	return &Runtime{CDI: cdi, CDIDirs: dirs, SystemdCgroup: true, Sandboxes: map[string]bool{}, Containers: map[string]*oci.Spec{}}
 }
 
 func (f *Runtime) newID(prefix string) string {
@@ -48,6 +54,10 @@ func (f *Runtime) RunPodSandbox(_ context.Context, c *runtimeapi.PodSandboxConfi
 	}
 	if c.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() != runtimeapi.NamespaceMode_NODE {
 		return "", errors.New("fake: the canary's sandbox must share the node's network (no CNI)")
+	}
+	if parent := c.GetLinux().GetCgroupParent(); f.SystemdCgroup && !strings.HasSuffix(path.Base(parent), ".slice") {
+		// runc's message (libcontainer/cgroups/systemd), as containerd passes it on.
+		return "", fmt.Errorf("failed to create containerd task: OCI runtime create failed: runc create failed: expected cgroupsPath to be of format \"slice:prefix:name\" for systemd cgroups, got %q instead", path.Join(parent, "k8s.io", "x"))
 	}
 	id := f.newID("sandbox")
 	f.Sandboxes[id] = true
