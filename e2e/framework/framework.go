@@ -186,6 +186,9 @@ func StartPlugin(ctx context.Context, c *cluster.Cluster, n *cluster.Node, o Plu
 		"registrar-dir":   n.RegistrarDir(),
 		"plugin-data-dir": n.PluginDataDir(o.Driver),
 		"http-address":    p.HTTPAddr,
+		// The node's /dev/char: the plugin links device nodes there (package devchar), never
+		// in this machine's.
+		"dev-char-dir": filepath.Join(n.Dir, "dev", "char"),
 	})
 	if o.PodUID != "" {
 		args = helm.OverrideFlags(args, map[string]string{"pod-uid": o.PodUID})

@@ -44,6 +44,7 @@ func TestKind(t *testing.T) {
 	e := newEnv(ctx, t, "--set", "plugin.securityContext.privileged=true", "--set", "plugin.securityContext.allowPrivilegeEscalation=true")
 	t.Run("GPUPod", func(t *testing.T) { e.testGPUPod(ctx, t) })
 	t.Run("RuntimeCDI", func(t *testing.T) { e.testRuntimeAppliesCDI(ctx, t) })
+	t.Run("DaemonReload", func(t *testing.T) { e.testDaemonReload(ctx, t) })
 	t.Run("DriverUpgradePause", func(t *testing.T) { e.testDriverUpgradePause(ctx, t) })
 	t.Run("NPUPod", func(t *testing.T) { e.testNPUPod(ctx, t) })
 	t.Run("Conformance", func(t *testing.T) {

@@ -764,6 +764,7 @@ func (e *env) testPluginRuns(ctx context.Context, t *testing.T, r *helm.Rendered
 			"plugin-data-dir": node.PluginDataDir(driver),
 			"cdi-root":        node.CDIDirs[len(node.CDIDirs)-1],
 			"http-address":    httpAddr,
+			"dev-char-dir":    filepath.Join(t.TempDir(), "char"),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/accel-dra/accel-dra/pkg/devchar"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -59,6 +60,17 @@ type Writer struct {
 	cacheOnce sync.Once
 	cache     *cdiapi.Cache
 	cacheErr  error
+
+	links    *devchar.Linker
+	linkWarn func(error)
+}
+
+// WithDevChar has every spec's character device nodes linked under the host's /dev/char before
+// the spec is written (package devchar says why); warn gets what could not be linked, and the
+// spec is written anyway.
+func (w *Writer) WithDevChar(l *devchar.Linker, warn func(error)) *Writer {
+	w.links, w.linkWarn = l, warn
+	return w
 }
 
 // New returns a writer of specs for devices of kind into root (DefaultRoot on a node).
@@ -354,6 +366,9 @@ func (w *Writer) Write(claimUID string, spec *specs.Spec) (err error) {
 	})
 	if w.cacheErr != nil {
 		return fmt.Errorf("writing CDI spec of claim %s: %w", claimUID, w.cacheErr)
+	}
+	if err := w.links.Ensure(spec); err != nil && w.linkWarn != nil {
+		w.linkWarn(fmt.Errorf("claim %s: %w", claimUID, err))
 	}
 	// The name carries the extension, so the library writes JSON rather than its YAML default.
 	if err := w.cache.WriteSpec(spec, filepath.Base(w.Path(claimUID))); err != nil {

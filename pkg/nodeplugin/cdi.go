@@ -23,9 +23,12 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
+	"github.com/accel-dra/accel-dra/pkg/cdi"
 	ascendcdi "github.com/accel-dra/accel-dra/pkg/cdi/ascend"
 	nvidiacdi "github.com/accel-dra/accel-dra/pkg/cdi/nvidia"
+	"github.com/accel-dra/accel-dra/pkg/devchar"
 	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/driver"
 )
 
 // driverSource computes the node-common CDI edits of the node's driver (its libraries,
@@ -393,4 +396,28 @@ func (w *driverWatch) checkControl(ctx context.Context) error {
 	}
 	w.written = nodes
 	return nil
+}
+
+// DevCharOwnDir is where, under the plugin data directory, the plugin makes the nodes that
+// /dev/char links name for devices the host has nowhere under /dev (devchar.Linker.OwnDir).
+const DevCharOwnDir = "dev-char"
+
+// ReasonDevCharLink is the reason of the Node warning when a /dev/char link cannot be made.
+const ReasonDevCharLink = "DevCharLinkFailed"
+
+// cdiWriter writes the claims' specs, linking their nodes under the host's /dev/char first
+// where --dev-char-dir says where that is.
+func (o *Options) cdiWriter(ctx context.Context, kind device.Kind, events driver.EventSink) *cdi.Writer {
+	w := cdi.New(o.CDIRoot, kind)
+	if o.DevCharDir == "" {
+		return w
+	}
+	logger := klog.FromContext(ctx)
+	l := &devchar.Linker{Dir: o.DevCharDir, HostDev: o.DevRoot, OwnDir: filepath.Join(o.PluginDataDir, DevCharOwnDir)}
+	return w.WithDevChar(l, func(err error) {
+		logger.Error(err, "Cannot link a device node under /dev/char: with the systemd cgroup driver, a systemctl daemon-reload will take the device from the claim's containers")
+		if events != nil {
+			events.Warning(ReasonDevCharLink, fmt.Sprintf("%s: %v; with the systemd cgroup driver a systemctl daemon-reload takes the device from running containers (docs/troubleshooting.md)", o.DriverName, err))
+		}
+	})
 }

@@ -29,13 +29,16 @@ const (
 
 // Options are the node plugin's settings, one flag each.
 type Options struct {
-	NodeName      string
-	DriverName    string
-	Backend       string
-	MockProfile   string
-	MockDir       string
-	SysfsRoot     string
-	DevRoot       string
+	NodeName    string
+	DriverName  string
+	Backend     string
+	MockProfile string
+	MockDir     string
+	SysfsRoot   string
+	DevRoot     string
+	// DevCharDir is where this process sees the host's /dev/char, writable; empty makes no
+	// /dev/char links (package devchar says why they matter).
+	DevCharDir    string
 	CDIRoot       string
 	PluginDataDir string
 	RegistrarDir  string
@@ -180,6 +183,7 @@ func (o *Options) NewFlagSet() *pflag.FlagSet {
 	fs.StringVar(&o.MockDir, "mock-dir", o.MockDir, "Where the npu-mock backend generates its fake sysfs/devfs (default <plugin-data-dir>/mock).")
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", o.SysfsRoot, "Root of sysfs, for PCI topology and NPU discovery.")
 	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "Root of the device nodes as this process sees them.")
+	fs.StringVar(&o.DevCharDir, "dev-char-dir", o.DevCharDir, "Where this process sees the host's /dev/char, writable: every character device a claim's CDI spec names gets its /dev/char/<major>:<minor> link there before the spec is written, so that with the systemd cgroup driver a systemctl daemon-reload does not take the device from running containers. Empty makes none.")
 	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "Directory the container runtime reads CDI specs from.")
 	fs.StringVar(&o.PluginDataDir, "plugin-data-dir", o.PluginDataDir, "Directory for the plugin's socket and state (default /var/lib/kubelet/plugins/<driver-name>).")
 	fs.StringVar(&o.RegistrarDir, "registrar-dir", o.RegistrarDir, "The kubelet's plugin registration directory.")

@@ -24,7 +24,6 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/bootid"
-	"github.com/accel-dra/accel-dra/pkg/cdi"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/driver"
@@ -190,7 +189,7 @@ func Run(ctx context.Context, o *Options) error {
 	cliques := nvlinkCliquesKept(ctx, newGateCheck(o, kube, events), inv)
 	drv, err := driver.New(ctx, driver.Options{
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
-		CDI: cdi.New(o.CDIRoot, inv.Kind), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
+		CDI: o.cdiWriter(ctx, inv.Kind, events), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
 		MIG:              partitioner,
 		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
