@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvml"
@@ -226,5 +227,48 @@ func TestMockDeviceLayouts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMockDriverVersionMismatch: the driver upgraded under a loaded kernel module, as a host
+// package upgrade without a reboot leaves it. The mock's NVML refuses to initialise, as NVML
+// does (NVML_ERROR_LIB_RM_VERSION_MISMATCH), and the backend says so with
+// nvml.ErrVersionMismatch and the loaded module's version, until the module of the libraries'
+// version is loaded.
+func TestMockDriverVersionMismatch(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root, state := filepath.Join(t.TempDir(), "driver"), t.TempDir()
+	o := Options{Name: Mock, NodeName: "node-a", NVIDIADriverRoot: root, MockDir: state}
+	enumerate := func() (*device.Inventory, error) {
+		t.Helper()
+		be, err := New(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = be.Close() }()
+		return be.Enumerate(ctx)
+	}
+	if err := nvmlmock.WriteDriver(root, "570.172.08"); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err := enumerate(); err != nil || len(inv.Devices) != 8 {
+		t.Fatalf("the driver the node booted with: %v", err)
+	}
+	if v, err := nvmlmock.ModuleVersion(state); err != nil || v != "570.172.08" {
+		t.Fatalf("after the first Init the loaded module is %q, %v; want 570.172.08", v, err)
+	}
+	if err := nvmlmock.WriteDriver(root, "580.82.07"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := enumerate()
+	if !errors.Is(err, nvml.ErrVersionMismatch) || !strings.Contains(err.Error(), "loaded kernel module 570.172.08") {
+		t.Fatalf("the libraries upgraded under the loaded module: %v; want nvml.ErrVersionMismatch naming module 570.172.08", err)
+	}
+	if err := nvmlmock.LoadModule(state, "580.82.07"); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := enumerate()
+	if err != nil || len(inv.Devices) != 8 || inv.Devices[0].DriverVersion != "580.82.07" {
+		t.Fatalf("after the reboot: %v", err)
 	}
 }

@@ -47,13 +47,17 @@ const (
 	CauseLost Cause = "lost"
 	// CauseFault is an NPU fault the Ascend driver reports with an error code.
 	CauseFault Cause = "fault"
+	// CauseDriver is a driver the node cannot use: the NVIDIA driver's libraries upgraded
+	// without a reboot, which NVML refuses while the old kernel module is loaded. Every device
+	// of the node has it, until the versions agree again.
+	CauseDriver Cause = "driver"
 	// CauseUnknown is not a fault: it names the taint a device in state Unknown gets when
 	// Effects configures one (none by default).
 	CauseUnknown Cause = "unknown"
 )
 
 // Causes are the causes Effects accepts, sorted.
-var Causes = []Cause{CauseECC, CauseFault, CauseLost, CauseUnknown, CauseXID}
+var Causes = []Cause{CauseDriver, CauseECC, CauseFault, CauseLost, CauseUnknown, CauseXID}
 
 // EventType says what a source observed.
 type EventType string
@@ -134,6 +138,9 @@ func DefaultEffects() Effects {
 		CauseECC:   resourceapi.DeviceTaintEffectNoSchedule,
 		CauseLost:  resourceapi.DeviceTaintEffectNoSchedule,
 		CauseFault: resourceapi.DeviceTaintEffectNoSchedule,
+		// NoSchedule, not NoExecute: running containers keep the libraries they loaded and
+		// work on; only new ones would fail.
+		CauseDriver: resourceapi.DeviceTaintEffectNoSchedule,
 	}
 }
 

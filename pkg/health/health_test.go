@@ -55,7 +55,8 @@ func TestParseEffects(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Effects{CauseLost: resourceapi.DeviceTaintEffectNoExecute, CauseECC: resourceapi.DeviceTaintEffectNoSchedule,
-		CauseFault: resourceapi.DeviceTaintEffectNoSchedule, CauseUnknown: resourceapi.DeviceTaintEffectNoSchedule}
+		CauseFault: resourceapi.DeviceTaintEffectNoSchedule, CauseUnknown: resourceapi.DeviceTaintEffectNoSchedule,
+		CauseDriver: resourceapi.DeviceTaintEffectNoSchedule}
 	if len(e) != len(want) {
 		t.Fatalf("effects = %v, want %v", e, want)
 	}

@@ -140,6 +140,11 @@ func TestMockDriverRootReplaced(t *testing.T) {
 	if changed, err := w.check(ctx); changed || err != nil {
 		t.Fatalf("unchanged driver: changed %v, %v", changed, err)
 	}
+	// The GPU operator's driver container loads its kernel module before it mounts its root;
+	// the new library with the old module would be refused (TestMockDriverVersionMismatch).
+	if err := nvmlmock.LoadModule(o.MockDir, "580.82.07"); err != nil {
+		t.Fatal(err)
+	}
 	if err := nvmlmock.WriteDriver(root, "580.82.07"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package nodeplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/bootid"
 	"github.com/accel-dra/accel-dra/pkg/checkpoint"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -31,6 +33,7 @@ import (
 	"github.com/accel-dra/accel-dra/pkg/metrics"
 	"github.com/accel-dra/accel-dra/pkg/otherdrivers"
 	"github.com/accel-dra/accel-dra/pkg/serverfeatures"
+	"github.com/accel-dra/accel-dra/pkg/sharing"
 )
 
 // ApplyLogging validates and applies the logging flags; call it once after flag parsing.
@@ -78,21 +81,45 @@ func Run(ctx context.Context, o *Options) error {
 		return nil
 	}
 	start.waitFor(ctx, "the device backend to enumerate the devices")
-	be, err := backend.New(ctx, backend.Options{
+	beOpts := backend.Options{
 		Name: o.Backend, MockProfile: o.MockProfile, NodeName: o.NodeName,
 		SysRoot: o.SysfsRoot, DevRoot: o.DevRoot, MockDir: o.MockDir, AscendDriverRoot: o.AscendDriverRoot,
 		NVIDIAProcRoot: o.NVIDIAProcRoot, NVIDIADriverRoot: o.backendDriverRoot(), NVIDIAHostDriverRoot: o.backendHostDriverRoot(),
-	})
-	if err != nil {
-		return fmt.Errorf("device backend %q: %w", o.Backend, err)
 	}
-	inv, err := be.Enumerate(ctx)
+	be, err := backend.New(ctx, beOpts)
+	var inv *device.Inventory
 	if err != nil {
+		err = fmt.Errorf("device backend %q: %w", o.Backend, err)
+	} else if inv, err = be.Enumerate(ctx); err != nil {
 		err = fmt.Errorf("enumerating devices: %w", err)
+	}
+	// A driver upgraded without a reboot (mismatch.go): serve the last enumeration, tainted.
+	var mismatch error
+	if errors.Is(err, nvmlbackend.ErrVersionMismatch) {
+		// The reason claims are refused with: the library's error, not how it was found.
+		mismatch = cmp.Or(errors.Unwrap(err), err)
+		logger.Error(err, "NVML refuses the driver: serving the devices last enumerated, tainted, until the versions agree again")
+		if be != nil {
+			_ = be.Close()
+			be = nil
+		}
+		if inv, err = loadInventory(o.PluginDataDir, device.KindGPU); err != nil {
+			err = fmt.Errorf("%w; and the last enumeration cannot be read: %w", mismatch, err)
+		}
+	} else if err != nil && be != nil {
+		_ = be.Close()
+	}
+	if err != nil {
+		return err
+	}
+	if mismatch == nil {
+		if serr := saveInventory(o.PluginDataDir, inv); serr != nil {
+			logger.Error(serr, "Cannot keep the enumeration for a start after a driver upgrade without reboot")
+		}
 	}
 	var common *specs.ContainerEdits
 	var src *driverSource
-	if err == nil {
+	if mismatch == nil {
 		start.waitFor(ctx, "the driver's CDI edits (a search of the driver root)")
 		if src, err = newDriverSource(ctx, o, be, inv.Kind); err == nil {
 			common, err = src.edits(ctx)
@@ -103,7 +130,9 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	// Dynamic MIG keeps the backend to create and destroy MIG instances.
 	var partitioner device.Partitioner
-	if err == nil && o.DynamicMIG {
+	if mismatch != nil && o.DynamicMIG {
+		partitioner = mismatchedPartitioner{reason: mismatch}
+	} else if err == nil && o.DynamicMIG {
 		if inv, partitioner, err = dynamicMIG(ctx, be, inv, o.MIGProfiles); err != nil {
 			err = fmt.Errorf("dynamic MIG: %w", err)
 		}
@@ -113,13 +142,16 @@ func Run(ctx context.Context, o *Options) error {
 	// rather than held for the life of the process (a driver change opens a backend of its
 	// own, for the new driver's version).
 	watcher, watchHealth := be.(health.Watcher)
-	watchHealth = watchHealth && o.DeviceHealth
+	watchHealth = (watchHealth || mismatch != nil) && o.DeviceHealth
 	closeBackend := func() {
+		if be == nil {
+			return
+		}
 		if cerr := be.Close(); cerr != nil {
 			klog.FromContext(ctx).Error(cerr, "Closing device backend")
 		}
 	}
-	if (!watchHealth && partitioner == nil) || err != nil {
+	if (!watchHealth && partitioner == nil) || err != nil || mismatch != nil {
 		closeBackend()
 	} else {
 		defer closeBackend()
@@ -176,9 +208,15 @@ func Run(ctx context.Context, o *Options) error {
 		}
 	}()
 
-	mps, err := mpsControl(o, src, inv.Kind, kube)
-	if err != nil {
-		return err
+	var mps *sharing.MPS
+	var slicer sharing.TimeSlicer
+	if mismatch == nil {
+		slicer = timeSlicer(o, src, inv.Kind)
+		if mps, err = mpsControl(o, src, inv.Kind, kube); err != nil {
+			return err
+		}
+	} else {
+		events.Warning(ReasonDriverVersionMismatch, fmt.Sprintf("%s: %v. The plugin serves the %d devices it last enumerated, tainted %s/%s, unprepares claims and refuses new ones until the versions agree; it then restarts to enumerate again (docs/troubleshooting.md)", o.DriverName, mismatch, len(inv.Devices), o.DriverName, health.CauseDriver))
 	}
 	if mps != nil {
 		mps.Daemons = countedDaemons{Daemons: mps.Daemons, m: m}
@@ -191,7 +229,7 @@ func Run(ctx context.Context, o *Options) error {
 		DriverName: o.DriverName, NodeName: o.NodeName, Inventory: inv,
 		CDI: o.cdiWriter(ctx, inv.Kind, events), CommonEdits: common, State: store, Metrics: m, Kube: kube, Events: events,
 		MIG:              partitioner,
-		ConsumableMemory: o.ConsumableMemory, TimeSlicer: timeSlicer(o, src, inv.Kind),
+		ConsumableMemory: o.ConsumableMemory, TimeSlicer: slicer,
 		MPS: mps, ComputeMode: computeModeSetter(be, inv.Kind),
 		// NVIDIA compatibility mode (compat.go); nil and empty without it.
 		ConfigTranslator: o.configTranslator(), ConfigApplies: o.configApplies(), TaintKeys: o.taintKeys(),
@@ -210,7 +248,7 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("reconciling checkpoint: %w", err)
 	}
 	if watchHealth {
-		if err := enableHealth(o, drv, watcher, inv, boot, m); err != nil {
+		if err := enableHealth(o, drv, watcher, mismatch, inv, boot, m); err != nil {
 			return err
 		}
 	}
@@ -241,6 +279,9 @@ func Run(ctx context.Context, o *Options) error {
 		plugin = drv.WithDeviceMetadata()
 		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 			kubeletplugin.CDIDirectory(o.CDIRoot))
+	}
+	if mismatch != nil {
+		plugin = mismatchedPlugin{DRAPlugin: plugin, prepared: drv.PreparedClaims, reason: mismatch}
 	}
 	gates := newGateCheck(o, kube, events)
 	plugin = gatedPlugin{DRAPlugin: plugin, check: gates}
@@ -332,7 +373,7 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		return nil
 	})
-	if o.DriverCheckInterval > 0 && (src.root != "" || inv.ResolveControlNodes != nil) {
+	if src != nil && o.DriverCheckInterval > 0 && (src.root != "" || inv.ResolveControlNodes != nil) {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
@@ -343,8 +384,23 @@ func Run(ctx context.Context, o *Options) error {
 		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
 		defer func() { <-watched }()
 	}
-	logger.Info("Plugin running", "backend", o.Backend, "devices", len(inv.Devices))
+	agreed := make(chan struct{})
+	if mismatch != nil {
+		go func() {
+			if awaitVersionsAgree(ctx, beOpts, cmp.Or(o.DriverCheckInterval, defaultVersionsAgreePoll)) {
+				close(agreed)
+			}
+		}()
+	}
+	logger.Info("Plugin running", "backend", o.Backend, "devices", len(inv.Devices), "driverVersionMismatch", mismatch != nil)
 	select {
+	case <-agreed:
+		// The kubelet starts the container again (exit status 0 or not), and the new process
+		// enumerates with NVML: simpler and surer than rebuilding every part in place.
+		logger.Info("NVML accepts the driver again: exiting to start afresh and enumerate the devices")
+		// The background work ends with the context, before the deferred waits for it.
+		cancelRun()
+		return nil
 	case <-ctx.Done():
 	case <-gates.refused:
 		return refuse(gates.refusalNow(), true)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -130,3 +131,23 @@ func majorOf(majors map[string]int64, modules []string) (int64, bool) {
 	}
 	return 0, false
 }
+
+// moduleVersion is the loaded kernel module's version from the host's /proc/driver/nvidia/version
+// ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  ..."), for messages; "" where it
+// cannot be read.
+func (f *nodeFinder) moduleVersion() string {
+	if f.proc == nil {
+		return ""
+	}
+	b, err := fs.ReadFile(f.proc, "driver/nvidia/version")
+	if err != nil {
+		return ""
+	}
+	m := moduleVersionOf.FindSubmatch(b)
+	if m == nil {
+		return ""
+	}
+	return string(m[1])
+}
+
+var moduleVersionOf = regexp.MustCompile(`Kernel Module(?: for [a-z0-9_]+)?\s+([0-9]+(?:\.[0-9]+)+)`)

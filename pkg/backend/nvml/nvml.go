@@ -27,6 +27,12 @@ import (
 
 // ErrLibraryNotFound is returned (wrapped) when libnvidia-ml cannot be loaded. It is the usual
 // misconfiguration of a GPU plugin, so the message says what to check.
+// ErrVersionMismatch is returned (wrapped) when NVML refuses to work because the driver's
+// libraries are not the version of the loaded kernel module (NVML_ERROR_LIB_RM_VERSION_MISMATCH):
+// the driver was upgraded on the host and the node not rebooted. It lasts until the module is
+// reloaded, so the plugin serves what it prepared instead of exiting (docs/troubleshooting.md).
+var ErrVersionMismatch = errors.New("NVIDIA driver/library version mismatch: the driver's libraries are not the loaded kernel module's version (upgraded without a reboot); reboot the node, or reload the nvidia kernel modules once no process uses a GPU")
+
 var ErrLibraryNotFound = errors.New("NVML library libnvidia-ml.so.1 not found: is the NVIDIA driver installed and the library mounted into the plugin container?")
 
 // StatFunc returns the type ("c" or "b") and numbers of the device node at path. A missing node
@@ -112,6 +118,11 @@ func (b *Backend) initLocked(ctx context.Context) (err error) {
 		return nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return fmt.Errorf("%w (nvml Init: %w)", ErrLibraryNotFound, ret)
+	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		if loaded := b.nodes.moduleVersion(); loaded != "" {
+			return fmt.Errorf("%w (loaded kernel module %s; nvml Init: %w)", ErrVersionMismatch, loaded, ret)
+		}
+		return fmt.Errorf("%w (nvml Init: %w)", ErrVersionMismatch, ret)
 	case nvml.ERROR_DRIVER_NOT_LOADED:
 		return fmt.Errorf("NVIDIA kernel driver is not loaded on this node (nvml Init: %w)", ret)
 	default:

@@ -45,7 +45,7 @@ func (s *Server) useDriverRoot(root string) error {
 			return nvml.ERROR_LIBRARY_NOT_FOUND
 		}
 		_ = d.Close()
-		return nvml.SUCCESS
+		return s.checkModule(version)
 	}
 	return nil
 }

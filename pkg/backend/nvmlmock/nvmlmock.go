@@ -58,6 +58,8 @@ type Server struct {
 	migMu     sync.Mutex
 	migState  *migState
 	stateFile string
+	// moduleFile, with the state directory, is the loaded kernel module (module.go).
+	moduleFile string
 
 	dev *devNodes
 }
@@ -122,6 +124,7 @@ func (s *Server) UseStateDir(dir string) {
 	s.migMu.Lock()
 	defer s.migMu.Unlock()
 	s.stateFile = filepath.Join(dir, StateFileName)
+	s.moduleFile = filepath.Join(dir, ModuleFileName)
 	s.migState = nil
 }
 

@@ -3,6 +3,7 @@ package nvmlmock
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"testing/fstest"
 )
@@ -65,6 +66,12 @@ func (p procFS) Open(name string) (fs.File, error) {
 		m[path.Join(CapabilitiesDir, rel)] = &fstest.MapFile{
 			Data: fmt.Appendf(nil, "DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n", minor, uint32(mode)),
 			Mode: 0o444,
+		}
+	}
+	// The loaded kernel module (module.go), where the machine keeps one.
+	if p.s.moduleFile != "" {
+		if b, err := os.ReadFile(p.s.moduleFile); err == nil {
+			m["driver/nvidia/version"] = &fstest.MapFile{Data: b, Mode: 0o444}
 		}
 	}
 	file("mig/config", 1, capModeConfig)
