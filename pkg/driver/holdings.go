@@ -407,7 +407,7 @@ func (h *holdings) preparing(_ *checkpoint.Locked, uid types.UID, on bool) {
 
 // errUnprepared is commit's answer for a two-phase prepare whose record was unprepared or
 // rolled back while its instance worked without the lock.
-var errUnprepared = errors.New("the claim was unprepared while its MIG instances were being created")
+var errUnprepared = errors.New("the claim was unprepared while its MIG instances were being created or its MPS daemon started")
 
 // commit is this instance coming back, under the node lock, to the two-phase preparation of
 // rec it left (preparing), to publish done, rec's PrepareCompleted record. It returns the lock

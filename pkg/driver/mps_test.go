@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -575,5 +576,177 @@ func TestMPSSharesInPods(t *testing.T) {
 	}
 	if f.modes[u0] != device.ComputeModeDefault {
 		t.Errorf("compute mode of %s after its last MPS share: %s", u0, f.modes[u0])
+	}
+}
+
+// slowDaemons delays the readiness of the daemons it starts until release is closed, as a
+// daemon pod that waits for its image or its node's CNI does (mpspod waits up to
+// mpspod.DefaultReadyTimeout for it); starting is sent to once a start began.
+type slowDaemons struct {
+	sharing.Daemons
+	starting chan string
+	release  chan struct{}
+}
+
+func (d slowDaemons) Start(ctx context.Context, s sharing.DaemonSpec) error {
+	d.starting <- s.Key
+	select {
+	case <-d.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.Daemons.Start(ctx, s)
+}
+
+// TestMPSStartOutsideLock: an MPS claim's daemon is started and awaited without the node lock,
+// so that another claim (here a whole GPU, no sharing) is prepared while the daemon starts, in
+// far less time than the daemon's wait; the MPS claim completes once its daemon is ready.
+func TestMPSStartOutsideLock(t *testing.T) {
+	e, m, _ := mpsEnv(t)
+	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
+	m.Daemons = slow
+	mc := claim("m1", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))
+	plain := claim("p1", []result{{Device: "gpu-1"}})
+	e.exist(mc, plain)
+	done := make(chan kubeletplugin.PrepareResult, 1)
+	go func() {
+		res, err := e.drv.PrepareResourceClaims(e.ctx, []*resourceapi.ResourceClaim{mc})
+		if err != nil {
+			t.Errorf("PrepareResourceClaims: %v", err)
+		}
+		done <- res[mc.UID]
+	}()
+	select {
+	case <-slow.starting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the MPS claim's daemon was never started")
+	}
+	// The bound is the kubelet's patience with one call, well under the daemon's wait; it is
+	// no timing assertion: the daemon is held until this prepare has answered.
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	res, err := e.drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{plain})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[plain.UID]; r.Err != nil {
+		t.Errorf("a plain claim prepared while an MPS daemon starts: %v", r.Err)
+	}
+	close(slow.release)
+	if r := <-done; r.Err != nil {
+		t.Fatalf("MPS claim: %v", r.Err)
+	}
+	if !mpsRunning(t, m, "m1") || !exists(e.specPath("m1")) {
+		t.Error("MPS claim prepared without its daemon running or its spec")
+	}
+}
+
+// TestMPSUnpreparedWhileStarting: the other instance of a rolling update unprepares an MPS
+// claim while its daemon starts without the lock (the kubelet gave up on the prepare); the
+// prepare's second hold finds its record gone and refuses to publish, stops the daemon it
+// started and puts back the compute mode, so that nothing is left for a claim the kubelet
+// forgot, and the GPU is free.
+func TestMPSUnpreparedWhileStarting(t *testing.T) {
+	e, m, f := mpsEnv(t)
+	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
+	m.Daemons = slow
+	b, _ := e.second(e.inv)
+	u0 := e.inv.Devices[0].UUID
+	mc := claim("m1", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))
+	e.exist(mc)
+	done := make(chan error, 1)
+	go func() { done <- prepareOn(e.ctx, e.drv, mc) }()
+	<-slow.starting
+	if err := unprepareOn(e.ctx, b, mc.UID); err != nil {
+		t.Fatalf("unprepare on the other instance while the daemon starts: %v", err)
+	}
+	close(slow.release)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "unprepared") {
+		t.Fatalf("prepare whose claim was unprepared while its daemon started: %v, want refused", err)
+	}
+	if mpsRunning(t, m, "m1") || exists(filepath.Join(m.Root, "m1")) {
+		t.Error("MPS daemon or its directory left by a prepare whose claim was unprepared")
+	}
+	if exists(e.recordPath("m1")) || exists(e.specPath("m1")) {
+		t.Error("record or spec left by a prepare whose claim was unprepared")
+	}
+	if f.modes[u0] != device.ComputeModeDefault {
+		t.Errorf("compute mode after the prepare was undone: %v, want DEFAULT", f.modes)
+	}
+	// The GPU is free: another claim gets it.
+	m.Daemons = slow.Daemons
+	if r := e.prepare(claim("m2", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))); r.Err != nil {
+		t.Fatalf("GPU not free after the undone prepare: %v", r.Err)
+	}
+}
+
+// TestMPSShareWaitsForStartingDaemon: while the first MPS share of a GPU starts the GPU's daemon
+// without the lock, a second share of that GPU is refused with the reason (the GPU has one
+// daemon and one starter) and the kubelet's retry prepares it once the daemon is ready.
+func TestMPSShareWaitsForStartingDaemon(t *testing.T) {
+	e, m, _ := mpsEnv(t)
+	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
+	m.Daemons = slow
+	u0 := e.inv.Devices[0].UUID
+	s1 := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	s2 := mpsShare("s2", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	e.exist(s1, s2)
+	done := make(chan error, 1)
+	go func() { done <- prepareOn(e.ctx, e.drv, s1) }()
+	<-slow.starting
+	if err := prepareOn(e.ctx, e.drv, s2); err == nil || !strings.Contains(err.Error(), "starting the GPU's MPS control daemon; try again") {
+		t.Fatalf("second share while the GPU's daemon starts: %v, want refused until it is ready", err)
+	}
+	if exists(e.recordPath("s2")) {
+		t.Error("the refused share left a record")
+	}
+	close(slow.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareOn(e.ctx, e.drv, s2); err != nil {
+		t.Fatalf("retry once the daemon is ready: %v", err)
+	}
+	if !mpsRunning(t, m, u0) {
+		t.Error("no GPU daemon after both shares")
+	}
+}
+
+// TestMPSCrashWhileStarting: the plugin goes (its instance ends) while an MPS claim's daemon
+// starts without the lock; the next instance's start-up finds the claim half-prepared by a dead
+// instance and rolls it back, compute mode and daemon directory included, and the claim is
+// prepared again from scratch.
+func TestMPSCrashWhileStarting(t *testing.T) {
+	e, m, f := mpsEnv(t)
+	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
+	m.Daemons = slow
+	u0 := e.inv.Devices[0].UUID
+	mc := claim("m1", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))
+	e.exist(mc)
+	old := e.drv
+	done := make(chan error, 1)
+	go func() { done <- prepareOn(e.ctx, old, mc) }()
+	<-slow.starting
+	if f.modes[u0] != device.ComputeModeExclusiveProcess || !exists(e.recordPath("m1")) {
+		t.Fatalf("while the daemon starts: modes %v, record %v", f.modes, exists(e.recordPath("m1")))
+	}
+	m.Daemons = slow.Daemons
+	rep := e.start()
+	if !stdslices.Equal(rep.RolledBack, []string{"m1"}) || exists(e.recordPath("m1")) || exists(filepath.Join(m.Root, "m1")) {
+		t.Errorf("start-up after a crash while a daemon started: %+v, record left %v", rep, exists(e.recordPath("m1")))
+	}
+	f.mu.Lock()
+	mode := f.modes[u0]
+	f.mu.Unlock()
+	if mode != device.ComputeModeDefault {
+		t.Errorf("compute mode after the rollback: %v, want DEFAULT", mode)
+	}
+	close(slow.release)
+	<-done
+	if r := e.prepare(mc); r.Err != nil {
+		t.Fatalf("prepare after the rollback: %v", r.Err)
+	}
+	if !mpsRunning(t, m, "m1") {
+		t.Error("no daemon after the claim was prepared again")
 	}
 }

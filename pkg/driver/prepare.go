@@ -40,8 +40,9 @@ import (
 // is not a step of the loop because its place differs per phase: it is built before the lock,
 // written last, so that no container starts on a GPU not yet set, and removed before the
 // record, so that a setting that cannot be put back keeps the claim whole for the retry.
-// A dynamic-MIG claim publishes its record as PrepareStarted, creates its instances between
-// two holds (migStep.create) and commits and applies in the second (finishMIG).
+// A dynamic-MIG claim and an MPS claim publish their record as PrepareStarted, create their
+// instances (migStep.create) and start and await their daemon (sharingStep.start) between two
+// holds, and commit and apply in the second (finish).
 // A new concern is a new step type in its own file and a line in stepsFor.
 type preparer struct {
 	n       *node
@@ -110,7 +111,7 @@ func (p *preparer) stepsFor(c *checkpoint.Claim, ph phase) []step {
 			out = append(out, p.mig)
 		}
 	case phaseApply:
-		// Dynamic MIG's part is made between the holds (finishMIG), not in one.
+		// Dynamic MIG's part, and an MPS daemon's start, are made between the holds (finish).
 		if c.Sharing != nil {
 			out = append(out, p.sharing)
 		}
@@ -168,13 +169,14 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 	// rename each.
 	done := *rec
 	done.State, done.Owner = checkpoint.StatePrepareCompleted, ""
-	twoPhase := hasDynamicMIG(rec)
+	twoPhase := hasDynamicMIG(rec) || p.sharing.startsDaemon(rec)
 	var spec *specs.Spec
 	edits := p.spec.edits.Load()
 	if twoPhase {
 		// Dynamic MIG: creating the instances is slow and cannot be redone from the record
-		// alone, so the first hold announces it (PrepareStarted) and a second one completes it
-		// (finishMIG); the spec names the instances, so it is built once they exist.
+		// alone; MPS: the daemon takes until its pod runs and its pipe answers. So the first
+		// hold announces it (PrepareStarted) and a second one completes it (finish); the spec
+		// names the MIG instances, so it is built once they exist.
 		done.State, done.Owner = checkpoint.StatePrepareStarted, p.n.instance
 	} else if spec, err = p.spec.build(&done); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
@@ -192,7 +194,7 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 		return nil, err
 	}
 	if answer == nil {
-		if err := p.finishMIG(ctx, rec); err != nil {
+		if err := p.finish(ctx, rec); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 		}
 		answer = rec
@@ -476,20 +478,35 @@ func (p *preparer) at(ctx context.Context, point string) {
 	}
 }
 
-// finishMIG creates the MIG instances of rec's dynamic-MIG devices and completes the claim.
-// Only claims with a dynamic-MIG device (hasDynamicMIG) get here: reserve has published their
-// PrepareStarted record (the intent: parent, profile and placement), after checking that what
-// they need overlaps nothing another claim holds, and that record holds the placement against
-// every sweep while the instances are made. Creating them is slow (NVML), so it runs without
-// the node lock; the second hold records what was made and completes the claim, sharing and
-// CDI spec included, unless the claim was unprepared meanwhile or the kubelet gave up on the
-// prepare, in which case it destroys what it made.
-func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
-	created, err := p.mig.create(ctx, rec)
+// finish does the slow part of a two-phase claim (hasDynamicMIG, sharingStep.startsDaemon)
+// without the node lock, and completes the claim: it creates the MIG instances of rec's
+// dynamic-MIG devices and starts and awaits its MPS daemon (sharingStep.start). reserve has
+// published rec's PrepareStarted record (the intent: parent, profile and placement; the
+// sharing that counts on the daemon and the GPUs' compute mode), after checking that what it
+// needs overlaps nothing another claim holds, and that record holds the placement and the
+// daemon against every sweep meanwhile; a crash leaves it half-prepared, which the next
+// start-up or prepare rolls back (daemon, compute modes and instances included). The second
+// hold records what was made and completes the claim, sharing and CDI spec included, unless
+// the claim was unprepared meanwhile (which an unprepare's tombstone does too) or the kubelet
+// gave up on the prepare, in which case it undoes what it made.
+func (p *preparer) finish(ctx context.Context, rec *checkpoint.Claim) error {
+	var created []int
+	var set []string // the GPUs whose compute mode the sharing step set
+	var err error
+	if hasDynamicMIG(rec) {
+		created, err = p.mig.create(ctx, rec)
+	}
+	if err == nil {
+		p.at(ctx, "prepare:starting")
+		set, err = p.sharing.start(ctx, rec)
+	}
 	// Cleaning up must happen even when the kubelet cancelled the prepare.
 	cleanup := context.WithoutCancel(ctx)
 	if err != nil {
-		p.abortMIG(cleanup, rec, created)
+		if p.abort(cleanup, rec, created, set) {
+			// The unprepare took away what the step was making (the daemon's directory).
+			return fmt.Errorf("%w (%v)", errUnprepared, err)
+		}
 		return err
 	}
 	// The spec names the instances just made; it is built, as for any claim, before the hold.
@@ -498,7 +515,7 @@ func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
 	edits := p.spec.edits.Load()
 	spec, err := p.spec.build(&done)
 	if err != nil {
-		p.abortMIG(cleanup, rec, created)
+		p.abort(cleanup, rec, created, set)
 		return err
 	}
 	l, err := p.held.commit(ctx, rec, &done)
@@ -510,6 +527,10 @@ func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
 	case errors.Is(err, errUnprepared):
 		// Unprepared (or rolled back) meanwhile: what this prepare made is no one's.
 		p.mig.destroyCreated(cleanup, l, rec, created)
+		if _, found := p.held.get(rec.UID); !found {
+			// A record of the claim that is not this prepare's counts on the daemon.
+			p.sharing.abandon(cleanup, rec, set)
+		}
 		return err
 	case err != nil:
 		p.undo(cleanup, l, rec, nil)
@@ -529,21 +550,33 @@ func (p *preparer) finishMIG(ctx context.Context, rec *checkpoint.Claim) error {
 	return p.complete(cleanup, l, rec, spec)
 }
 
-// abortMIG undoes a dynamic-MIG prepare whose creation failed: under the node lock, the
-// instances it made are destroyed and its record goes, unless the record is no longer its own.
-func (p *preparer) abortMIG(ctx context.Context, rec *checkpoint.Claim, created []int) {
+// abort undoes a two-phase prepare whose unlocked part failed: under the node lock, the MIG
+// instances it made are destroyed, its MPS daemon stopped and the compute modes it set (set)
+// put back, and its record goes, unless the record is no longer its own. The sharing step's
+// release is not run: it would put back compute modes the prepare did not set, which may be
+// the very ones that failed. It reports whether the record was no longer its own.
+func (p *preparer) abort(ctx context.Context, rec *checkpoint.Claim, created []int, set []string) bool {
+	var gone bool
 	err := p.held.withLock(ctx, func(l *checkpoint.Locked) error {
 		p.held.preparing(l, types.UID(rec.UID), false)
 		cur, found := p.held.get(rec.UID)
-		if !found || cur.State != checkpoint.StatePrepareStarted || cur.Owner != p.n.instance {
+		ours := found && cur.State == checkpoint.StatePrepareStarted && cur.Owner == p.n.instance
+		if ours || !found {
+			// A record of the claim that is not this prepare's counts on the daemon (its key
+			// is the claim's) and the GPUs.
+			p.sharing.abandon(ctx, rec, set)
+		}
+		if !ours {
+			gone = true
 			p.mig.destroyCreated(ctx, l, rec, created)
 			return nil
 		}
-		return p.forget(ctx, l, rec)
+		return p.release(ctx, l, rec, p.sharing)
 	})
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Rolling back a failed dynamic-MIG prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
+		klog.FromContext(ctx).Error(err, "Rolling back a failed two-phase prepare", "claim", klog.KRef(rec.Namespace, rec.Name))
 	}
+	return gone
 }
 
 // dropIfUnchanged forgets c if its record is still PrepareCompleted (start-up reconciliation
@@ -562,7 +595,7 @@ func (p *preparer) dropIfUnchanged(ctx context.Context, c *checkpoint.Claim) (bo
 }
 
 // hasDynamicMIG reports whether rec has a dynamic-MIG device, whose preparation creates MIG
-// instances and so takes two phases (reserve writes PrepareStarted, commit PrepareCompleted).
+// instances and so takes two phases, as an MPS claim's does (sharingStep.startsDaemon) (reserve writes PrepareStarted, commit PrepareCompleted).
 func hasDynamicMIG(rec *checkpoint.Claim) bool {
 	for i := range rec.Devices {
 		if rec.Devices[i].MIG != nil {

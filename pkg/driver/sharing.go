@@ -444,22 +444,73 @@ func sharingKey(s *checkpoint.Sharing) string {
 
 // reserve refuses rec if a claim holding a share of one of its GPUs was prepared with another
 // sharing strategy or time-slice: both are set on the whole GPU, so one of the two claims would
-// not get what it asked for. Called with the node lock held.
+// not get what it asked for. An MPS share whose GPU's daemon another share is starting (its
+// record PrepareStarted, start) waits for it: that claim is in the way, rolled back if it was
+// abandoned. Called with the node lock held.
 func (sh *sharingStep) reserve(_ *checkpoint.Locked, ref string, rec *checkpoint.Claim, _ *standing) ([]inTheWay, error) {
 	mine := sharingKey(rec.Sharing)
+	var inWay []inTheWay
 	for i := range rec.Devices {
 		pd := &rec.Devices[i]
 		if pd.ShareID == "" {
 			continue
 		}
 		for _, oc := range sh.held.sharers(pd, types.UID(rec.UID)) {
+			if isMPS(rec) && isMPS(oc) && oc.State == checkpoint.StatePrepareStarted && !stdslices.ContainsFunc(inWay, func(w inTheWay) bool { return w.claim.UID == oc.UID }) {
+				inWay = append(inWay, inTheWay{claim: oc, err: fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), whose preparation is starting the GPU's MPS control daemon; try again when it is done", ref, pd.Device, oc.Namespace, oc.Name, oc.UID)})
+			}
 			if theirs := sharingKey(oc.Sharing); theirs != mine {
 				return nil, fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
 					ref, pd.Device, oc.Namespace, oc.Name, oc.UID, theirs, ref, mine)
 			}
 		}
 	}
-	return nil, nil
+	return inWay, nil
+}
+
+// startsDaemon reports whether preparing rec starts an MPS daemon, which takes until the
+// daemon's pod runs and its pipe answers (up to mpspod.DefaultReadyTimeout): such a claim is
+// prepared in two phases (finish), the daemon started and awaited without the node lock.
+func (sh *sharingStep) startsDaemon(rec *checkpoint.Claim) bool {
+	return isMPS(rec) && sh.n.opts.MPS != nil
+}
+
+// start sets the compute mode of rec's GPUs and starts its MPS daemon, awaiting it, without the
+// node lock: rec's PrepareStarted record is published and indexed, so every other claim's
+// release leaves the GPUs and the daemon to it (usedByOther), the sweep keeps the daemon, and
+// reserve refuses another MPS share of its GPU until it completes (the GPU's one daemon has one
+// starter). MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
+// driver does it; the record says to put DEFAULT back. It returns the GPUs whose compute mode
+// it set; on failure nothing is put back here: the caller does it under the lock
+// (preparer.abort, abandon), on those GPUs only.
+func (sh *sharingStep) start(ctx context.Context, rec *checkpoint.Claim) ([]string, error) {
+	if !sh.startsDaemon(rec) {
+		return nil, nil
+	}
+	set, err := sh.setComputeModes(ctx, sh.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
+	if err != nil {
+		return set, fmt.Errorf("sharing.mps: %w", err)
+	}
+	if _, err := sh.n.opts.MPS.Ensure(ctx, mpsDaemon(rec), gpuUUIDs(rec), mpsLimits(rec)); err != nil {
+		return set, fmt.Errorf("sharing.mps: %w", err)
+	}
+	return set, nil
+}
+
+// abandon stops rec's MPS daemon and puts back the default compute mode of the GPUs set (those
+// rec's prepare set), unless another claim counts on them, for a prepare that failed or whose
+// record is gone. Called with the node lock held; failures are logged, the prepare's own error
+// is what the kubelet sees.
+func (sh *sharingStep) abandon(ctx context.Context, rec *checkpoint.Claim, set []string) {
+	if !sh.startsDaemon(rec) {
+		return
+	}
+	if err := sh.stopDaemon(ctx, rec); err != nil {
+		klog.FromContext(ctx).Error(err, "Stopping the MPS control daemon after a failed prepare")
+	}
+	if err := sh.restoreComputeModes(ctx, types.UID(rec.UID), set); err != nil {
+		klog.FromContext(ctx).Error(err, "Putting back the default compute mode after a failed prepare")
+	}
 }
 
 // timeSliced are the distinct GPUs (UUIDs) of c whose time-slice its sharing sets.
@@ -477,20 +528,11 @@ func timeSliced(c *checkpoint.Claim) []string {
 // prepare) change only together with the records that say which claims count on them.
 func (sh *sharingStep) apply(ctx context.Context, _ *checkpoint.Locked, rec *checkpoint.Claim) error {
 	if isMPS(rec) {
-		// MPS needs the GPUs exclusive to its server before the daemon starts, as NVIDIA's
-		// driver does it. The record, written already, says to put DEFAULT back.
-		set, err := sh.setComputeModes(ctx, sh.computeModeGPUs(rec), device.ComputeModeExclusiveProcess)
-		started := false
-		if err == nil {
-			started, err = sh.n.opts.MPS.Ensure(ctx, mpsDaemon(rec), gpuUUIDs(rec), mpsLimits(rec))
-		}
+		// The daemon was started and awaited between the holds (start); it is adopted here,
+		// or started again if it died meanwhile.
+		started, err := sh.n.opts.MPS.Ensure(ctx, mpsDaemon(rec), gpuUUIDs(rec), mpsLimits(rec))
 		if err != nil {
-			if serr := sh.stopDaemon(ctx, rec); serr != nil {
-				klog.FromContext(ctx).Error(serr, "Stopping the MPS control daemon after a failed prepare")
-			}
-			if rerr := sh.restoreComputeModes(ctx, types.UID(rec.UID), set); rerr != nil {
-				klog.FromContext(ctx).Error(rerr, "Putting back the default compute mode after a failed prepare")
-			}
+			sh.abandon(ctx, rec, sh.computeModeGPUs(rec))
 			return fmt.Errorf("sharing.mps: %w", err)
 		}
 		klog.FromContext(ctx).V(2).Info("MPS control daemon ready", "claim", klog.KRef(rec.Namespace, rec.Name), "daemon", mpsDaemon(rec), "started", started)

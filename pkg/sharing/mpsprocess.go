@@ -18,7 +18,9 @@ import (
 // implementation runs the same runner (RunDaemonCommand) and knows a daemon only by its
 // directory or an API object named after its key, never by a PID, so that a plugin in another
 // PID namespace (the new pod of a rolling update) finds the same daemons. Calls come with the
-// node lock held.
+// node lock held, but for the start of a new claim's daemon (Ready, Stop, Start), which the
+// plugin awaits without it while the claim's PrepareStarted record keeps every other claim off
+// that daemon (its own unprepare may still stop it: the prepare then fails and cleans up).
 type Daemons interface {
 	// Ready reports whether the daemon runs and answers on its control pipe, with its limits
 	// given. It may wait a while for one that is starting.
