@@ -588,6 +588,13 @@ type slowDaemons struct {
 	release  chan struct{}
 }
 
+// slowStart makes m's daemons slowDaemons.
+func slowStart(m *sharing.MPS) slowDaemons {
+	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
+	m.Daemons = slow
+	return slow
+}
+
 func (d slowDaemons) Start(ctx context.Context, s sharing.DaemonSpec) error {
 	d.starting <- s.Key
 	select {
@@ -603,8 +610,7 @@ func (d slowDaemons) Start(ctx context.Context, s sharing.DaemonSpec) error {
 // far less time than the daemon's wait; the MPS claim completes once its daemon is ready.
 func TestMPSStartOutsideLock(t *testing.T) {
 	e, m, _ := mpsEnv(t)
-	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
-	m.Daemons = slow
+	slow := slowStart(m)
 	mc := claim("m1", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))
 	plain := claim("p1", []result{{Device: "gpu-1"}})
 	e.exist(mc, plain)
@@ -648,8 +654,7 @@ func TestMPSStartOutsideLock(t *testing.T) {
 // forgot, and the GPU is free.
 func TestMPSUnpreparedWhileStarting(t *testing.T) {
 	e, m, f := mpsEnv(t)
-	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
-	m.Daemons = slow
+	slow := slowStart(m)
 	b, _ := e.second(e.inv)
 	u0 := e.inv.Devices[0].UUID
 	mc := claim("m1", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))
@@ -685,8 +690,7 @@ func TestMPSUnpreparedWhileStarting(t *testing.T) {
 // daemon and one starter) and the kubelet's retry prepares it once the daemon is ready.
 func TestMPSShareWaitsForStartingDaemon(t *testing.T) {
 	e, m, _ := mpsEnv(t)
-	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
-	m.Daemons = slow
+	slow := slowStart(m)
 	u0 := e.inv.Devices[0].UUID
 	s1 := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
 	s2 := mpsShare("s2", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
@@ -718,8 +722,7 @@ func TestMPSShareWaitsForStartingDaemon(t *testing.T) {
 // prepared again from scratch.
 func TestMPSCrashWhileStarting(t *testing.T) {
 	e, m, f := mpsEnv(t)
-	slow := slowDaemons{Daemons: m.Daemons, starting: make(chan string, 1), release: make(chan struct{})}
-	m.Daemons = slow
+	slow := slowStart(m)
 	u0 := e.inv.Devices[0].UUID
 	mc := claim("m1", []result{{Device: "gpu-0"}}, sharingConfig(`{"strategy":"MPS"}`))
 	e.exist(mc)
