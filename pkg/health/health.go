@@ -167,6 +167,12 @@ func ParseEffects(overrides map[string]string) (Effects, error) {
 			return nil, fmt.Errorf("device taint effect for %q: %q is not one of NoSchedule, NoExecute, None", k, v)
 		}
 	}
+	// Every hardware fault's taint off is how a cluster without device taints (DRADeviceTaints
+	// off) runs the plugin (docs/troubleshooting.md): the driver cause, newer than that advice,
+	// follows it unless named, or the plugin would refuse to run there.
+	if _, named := overrides[string(CauseDriver)]; !named && e[CauseXID] == "" && e[CauseECC] == "" && e[CauseLost] == "" && e[CauseFault] == "" {
+		delete(e, CauseDriver)
+	}
 	return e, nil
 }
 

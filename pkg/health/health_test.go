@@ -49,6 +49,19 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestParseEffectsNoTaints: the documented way to run without device taints (every fault cause
+// None) also leaves the driver cause untainted, unless it is named.
+func TestParseEffectsNoTaints(t *testing.T) {
+	off := map[string]string{"xid": "None", "ecc": "None", "lost": "None", "fault": "None"}
+	if e, err := ParseEffects(off); err != nil || len(e) != 0 {
+		t.Errorf("every fault None: %v, %v; want no taint at all", e, err)
+	}
+	off["driver"] = "NoSchedule"
+	if e, err := ParseEffects(off); err != nil || len(e) != 1 || e[CauseDriver] != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("every fault None but driver named: %v, %v; want only driver NoSchedule", e, err)
+	}
+}
+
 func TestParseEffects(t *testing.T) {
 	e, err := ParseEffects(map[string]string{"lost": "NoExecute", "xid": "None", "unknown": "NoSchedule"})
 	if err != nil {
