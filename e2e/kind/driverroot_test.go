@@ -336,7 +336,9 @@ func (e *env) testLateDriverRoot(ctx context.Context, t *testing.T) {
 		t.Errorf("the plugin's log does not say that it waits for the driver:\n%s", lastLines(logs, 20))
 	}
 
-	// The driver container is up: its root is mounted on the driver root.
+	// The driver container is up: it loaded its kernel module, and its root is mounted on the
+	// driver root.
+	e.loadModule(ctx, versionA)
 	e.exec(ctx, "sh", "-c", "mkdir -p "+operatorRoot+" && mount --bind "+rootA+" "+operatorRoot)
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return e.pluginPodOrNil(ctx) != nil && len(e.gpuSlices(ctx, t)) > 0, nil
@@ -352,8 +354,11 @@ func (e *env) testLateDriverRoot(ctx context.Context, t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The upgrade: the new driver container's root replaces the old one's.
+	// The upgrade: the new driver container unloads the old module, loads its own (the mock's
+	// NVML refuses libraries of another version than the loaded module's, nvmlmock module.go),
+	// and its root replaces the old one's.
 	changes := strings.Count(e.pluginLog(ctx, t, plugin.Name), "The driver changed: CDI edits recomputed")
+	e.loadModule(ctx, versionB)
 	e.exec(ctx, "sh", "-c", "umount "+operatorRoot+" && mount --bind "+rootB+" "+operatorRoot)
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return strings.Count(e.pluginLog(ctx, t, plugin.Name), "The driver changed: CDI edits recomputed") > changes, nil
@@ -398,4 +403,12 @@ func (e *env) pluginLog(ctx context.Context, t *testing.T, pod string) string {
 		t.Fatalf("the plugin's log: %v", err)
 	}
 	return string(b)
+}
+
+// loadModule makes version the mock GPU machine's loaded kernel module on the node, in the state
+// directory the plugin's mock keeps under its data directory (nvmlmock.LoadModule), as a driver
+// container or a reboot after a driver upgrade does.
+func (e *env) loadModule(ctx context.Context, version string) {
+	dir := "/var/lib/kubelet/plugins/" + gpuClass + "/mock"
+	e.exec(ctx, "sh", "-c", fmt.Sprintf("mkdir -p %s && printf '%%s' '%s' > %s/%s", dir, nvmlmock.ModuleVersionFile(version), dir, nvmlmock.ModuleFileName))
 }

@@ -36,8 +36,13 @@ func LoadModule(dir, version string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	line := fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  (accel-dra mock)\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", version)
-	return replaceFile(filepath.Join(dir, ModuleFileName), []byte(line), 0o644)
+	return replaceFile(filepath.Join(dir, ModuleFileName), []byte(ModuleVersionFile(version)), 0o644)
+}
+
+// ModuleVersionFile is what /proc/driver/nvidia/version holds with the module of version loaded,
+// for a test that loads the module on a node it reaches only by a shell (kind).
+func ModuleVersionFile(version string) string {
+	return fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  (accel-dra mock)\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", version)
 }
 
 // ModuleVersion is the loaded module's version of the mock machine whose state is in dir; ""
