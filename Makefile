@@ -42,7 +42,7 @@ k8s-binaries:
 # End-to-end tests on a real control plane and real kubelets (no Docker).
 e2e: build k8s-binaries
 	KUBE_BIN_DIR=$$(hack/build-k8s.sh) AUTOSCALER_BIN_DIR=$$(hack/build-autoscaler.sh) ACCEL_DRA_BIN_DIR=$(BIN) \
-		$(GO) test -tags e2e -count=1 -timeout 45m -v ./e2e/...
+		$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/...
 
 # The whole test suite, as CI runs it.
 test: vet unit test-arm64 e2e

@@ -7,7 +7,7 @@
 // registry. The harness's other packages run the plugin as a host process beside a fake
 // runtime; what that cannot show (hooks, namespaces, the image, the chart's DaemonSet) is here.
 //
-//	make build && go test -tags e2e -v -timeout 30m ./e2e/kind/
+//	make build && go test -tags e2e -v -timeout 60m ./e2e/kind/
 //
 // Needs a Docker engine, mmdebstrap, gcc and libseccomp-dev; without them it says what to
 // install and skips, except in CI (CI=true), where that is a failure.
@@ -37,7 +37,7 @@ const (
 )
 
 func TestKind(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	// The GPU plugin privileged, as on a real node: MPS mounts each claim's /dev/shm tmpfs and
 	// needs the kubelet plugins directory's propagation to reach the runtime.
