@@ -50,7 +50,7 @@ func TestEnsure(t *testing.T) {
 		nodes:  []*specs.DeviceNode{{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}},
 		want:   map[string]string{"195:0": "/dev/nvidia0"},
 	}, {
-		name: "the GPU operator's layout: the node is only in the driver root, the plugin's own node stands in",
+		name:  "the GPU operator's layout: the node is only in the driver root, the plugin's own node stands in",
 		nodes: []*specs.DeviceNode{{Path: "/dev/nvidia0", HostPath: "/run/nvidia/driver/dev/nvidia0", Type: "c", Major: 195, Minor: 0}},
 		want:  map[string]string{"195:0": "own"},
 	}, {

@@ -24,15 +24,18 @@ func TestInventoryCache(t *testing.T) {
 	}}, ControlNodes: []device.Node{{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}}
 	tests := map[string]struct {
 		write   func(dir string) error
+		sub     string // where the plugin reads, under the test's directory
 		kind    device.Kind
 		want    int // devices
 		wantErr string
 	}{
-		"round trip":              {write: func(dir string) error { return saveInventory(dir, inv) }, kind: device.KindGPU, want: 1},
-		"never enumerated":        {write: func(string) error { return nil }, kind: device.KindGPU, want: 0},
-		"another kind's":          {write: func(dir string) error { return saveInventory(dir, inv) }, kind: device.KindNPU, wantErr: "holds gpu devices, this plugin serves npu"},
-		"not an inventory":        {write: func(dir string) error { return os.WriteFile(filepath.Join(dir, InventoryCacheFile), []byte("{"), 0o600) }, kind: device.KindGPU, wantErr: "unexpected end of JSON input"},
-		"directory made on write": {write: func(dir string) error { return saveInventory(filepath.Join(dir, "new"), inv) }, kind: device.KindGPU},
+		"round trip":       {write: func(dir string) error { return saveInventory(dir, inv) }, kind: device.KindGPU, want: 1},
+		"never enumerated": {write: func(string) error { return nil }, kind: device.KindGPU, want: 0},
+		"another kind's":   {write: func(dir string) error { return saveInventory(dir, inv) }, kind: device.KindNPU, wantErr: "holds gpu devices, this plugin serves npu"},
+		"not an inventory": {write: func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, InventoryCacheFile), []byte("{"), 0o600)
+		}, kind: device.KindGPU, wantErr: "unexpected end of JSON input"},
+		"directory made on write": {write: func(dir string) error { return saveInventory(filepath.Join(dir, "new"), inv) }, sub: "new", kind: device.KindGPU, want: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -40,10 +43,7 @@ func TestInventoryCache(t *testing.T) {
 			if err := tc.write(dir); err != nil {
 				t.Fatal(err)
 			}
-			if name == "directory made on write" {
-				dir = filepath.Join(dir, "new")
-				tc.want = 1
-			}
+			dir = filepath.Join(dir, tc.sub)
 			got, err := loadInventory(dir, tc.kind)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
