@@ -143,7 +143,13 @@ func (f *nodeFinder) moduleVersion() string {
 	if err != nil {
 		return ""
 	}
-	m := moduleVersionOf.FindSubmatch(b)
+	return ModuleVersion(b)
+}
+
+// ModuleVersion reads the loaded module's version out of /proc/driver/nvidia/version's first
+// line ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  ..."); "" if it has none.
+func ModuleVersion(procVersion []byte) string {
+	m := moduleVersionOf.FindSubmatch(procVersion)
 	if m == nil {
 		return ""
 	}

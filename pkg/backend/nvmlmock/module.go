@@ -6,9 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 )
 
 // The NVIDIA kernel module outlives every process that uses it: installing a new driver on the
@@ -24,10 +25,6 @@ import (
 // version, as the host's /proc/driver/nvidia/version does. The first NVML Init of a machine
 // without one loads the module of the library's version (the node booted with that driver).
 const ModuleFileName = "proc-driver-nvidia-version"
-
-// moduleVersionOf reads the version out of /proc/driver/nvidia/version's first line:
-// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Wed Feb 26 ...".
-var moduleVersionOf = regexp.MustCompile(`Kernel Module(?: for [a-z0-9_]+)?\s+([0-9]+(?:\.[0-9]+)+)`)
 
 // LoadModule makes version the loaded kernel module of the mock machine whose state is in dir:
 // what a reboot after a host driver upgrade does, or the GPU operator's driver container, which
@@ -59,11 +56,11 @@ func readModule(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	m := moduleVersionOf.FindSubmatch(b)
-	if m == nil {
+	v := nvmlbackend.ModuleVersion(b)
+	if v == "" {
 		return "", fmt.Errorf("%s: no kernel module version in %q", path, b)
 	}
-	return string(m[1]), nil
+	return v, nil
 }
 
 // checkModule is nvmlInit's check of the library's version against the loaded module's.
