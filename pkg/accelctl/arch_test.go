@@ -3,7 +3,6 @@ package accelctl
 import (
 	"bytes"
 	"encoding/json"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,12 +42,7 @@ func gh200Annotations(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann, err := tmpl.Encode(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps.Copy(ann, nodegroup.DRA(tmpl, gpuDriver))
-	ann[nodegroup.CPUKey], ann[nodegroup.MemoryKey] = "72", "450Gi"
+	ann := groupAnnotations(t, tmpl, "72", "450Gi")
 	ann[nodegroup.LabelsKey] = "kubernetes.io/arch=arm64,kubernetes.io/os=linux,node.kubernetes.io/instance-type=gh200"
 	return ann
 }

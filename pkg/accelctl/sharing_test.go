@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	configapi "github.com/accel-dra/accel-dra/api/v1alpha1"
 	"github.com/accel-dra/accel-dra/pkg/device"
-	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
 	"github.com/accel-dra/accel-dra/pkg/slices"
 	"github.com/accel-dra/accel-dra/pkg/template"
 )
@@ -42,12 +40,7 @@ func consumableAnnotations(t *testing.T, n int) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann, err := tmpl.Encode(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps.Copy(ann, nodegroup.DRA(tmpl, gpuDriver))
-	ann[nodegroup.CPUKey], ann[nodegroup.MemoryKey] = "96", "1000Gi"
+	ann := groupAnnotations(t, tmpl, "96", "1000Gi")
 	return ann
 }
 

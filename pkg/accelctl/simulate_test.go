@@ -51,13 +51,21 @@ func h100Annotations(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ann := groupAnnotations(t, tmpl, "96", "1000Gi")
+	ann[nodegroup.LabelsKey] = "gpu=h100"
+	return ann
+}
+
+// groupAnnotations are what the publisher writes on a group whose template is tmpl: the
+// template, the autoscaler's DRA keys, and the node's CPU and memory.
+func groupAnnotations(t testing.TB, tmpl *template.Template, cpu, memory string) map[string]string {
+	t.Helper()
 	ann, err := tmpl.Encode(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	maps.Copy(ann, nodegroup.DRA(tmpl, gpuDriver))
-	ann[nodegroup.CPUKey], ann[nodegroup.MemoryKey] = "96", "1000Gi"
-	ann[nodegroup.LabelsKey] = "gpu=h100"
+	ann[nodegroup.CPUKey], ann[nodegroup.MemoryKey] = cpu, memory
 	return ann
 }
 

@@ -40,6 +40,19 @@ func DefaultIdentityAttributes() []string {
 		"serial",
 		"resource.kubernetes.io/pciBusID",
 		"resource.kubernetes.io/pcieRoot",
+		// NVLink and fabric IDs (docs/device-attributes.md): each names a set of GPUs of the
+		// node by a digest of their PCI bus IDs, and the fabric clique names the node's NVL72
+		// rack, so another node of the group has other values (other bus numbering, another
+		// rack) while only which GPUs share a value matters to matchAttribute. As placeholders
+		// they keep that, list values included (nvlinkCliques: which GPUs share a clique), and a
+		// template node is in no real node's clique. Ascend's hccsGroup ("ring-0") is the same
+		// on every node of a model and stays as it is.
+		"nvlinkIsland",
+		"nvlinkGroup2",
+		"nvlinkGroup4",
+		"nvlinkGroup8",
+		"nvlinkCliques",
+		"fabricClique",
 	}
 }
 

@@ -100,14 +100,22 @@ func attrValue(a resourceapi.DeviceAttribute) string {
 	return fmt.Sprint(a)
 }
 
-// partition groups device names by the value they have for an attribute, as a canonical
-// string ("gpu-0,gpu-1|gpu-2,gpu-3"), so that two nodes' sharing structure can be compared
-// without their values.
+// partition groups device names by the value they have for an attribute (of a list of
+// strings: by each of its entries), as a canonical string ("gpu-0,gpu-1|gpu-2,gpu-3"), so that
+// two nodes' sharing structure can be compared without their values: devices that share alike
+// answer every matchAttribute on the attribute alike.
 func partition(devices map[string]resourceapi.Device, attr resourceapi.QualifiedName) string {
 	groups := map[string][]string{}
 	for name, d := range devices {
-		if a, ok := d.Attributes[attr]; ok {
-			v := attrValue(a)
+		a, ok := d.Attributes[attr]
+		if !ok {
+			continue
+		}
+		values := []string{attrValue(a)}
+		if a.StringValues != nil {
+			values = a.StringValues
+		}
+		for _, v := range values {
 			groups[v] = append(groups[v], name)
 		}
 	}
