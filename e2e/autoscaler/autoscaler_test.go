@@ -94,6 +94,9 @@ type claimCase struct {
 	extendedResource corev1.ResourceName
 	// anyGroup: the pod selects no case label, for a test whose cluster has one group.
 	anyGroup bool
+	// claim, when set, is the pod's claim as it is (a docs/examples manifest's), instead of
+	// the one class, count, selectors and sameNUMA make.
+	claim *resourceapi.DeviceClaim
 }
 
 func (cc claimCase) sources() []source {
@@ -153,6 +156,9 @@ func (cc claimCase) objects(group string) (*resourceapi.ResourceClaimTemplate, *
 		numa = "resource.kubernetes.io/numaNode"
 	}
 	claim := framework.DeviceClaim("devs", cc.class, cc.count, cc.selectors, numa)
+	if cc.claim != nil {
+		claim = *cc.claim.DeepCopy()
+	}
 	rct := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: group},
 		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: claim}},
