@@ -16,6 +16,10 @@ function median(list,    n, v, i, j, t) {
 # num formats a median, or "-" where no run reported the figure (the scheduler samples plugin
 # times in a tenth of its cycles, so a small burst may have none).
 function num(v, fmt) { return (v == "") ? "-" : sprintf(fmt, v) }
+# A log line the benchmark's process writes while a run starts (the mock backend's klog) lands
+# after the benchmark's name, and the run's figures come on a line of their own: join them.
+/^BenchmarkScheduling\/nodes=[0-9]+\/model=/ && $2 !~ /^[0-9]+$/ { pending = $1; next }
+pending != "" && /^[ \t]+[0-9]+[ \t]+[0-9.]+ ns\/op/ { $0 = pending " " $0; pending = "" }
 /^BenchmarkScheduling\/nodes=[0-9]+\/model=/ {
   split($1, part, "/")
   nodes = substr(part[2], 7); model = substr(part[3], 7); sub(/-[0-9]+$/, "", model)

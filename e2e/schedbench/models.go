@@ -61,7 +61,32 @@ func models() []model {
 		{name: "mig-dynamic-chosen", backend: backend.Mock, profile: "h100-8x-mig", driver: framework.GPUDriver, dynamicMIG: true, migProfiles: []string{"1g.10gb", "3g.40gb"}, claim: oneDevice(framework.MIGClass, migProfileSelector)},
 		{name: "memory", backend: backend.Mock, profile: "h100-8x-2numa", driver: framework.GPUDriver, consumableMemory: true, claim: memory},
 		{name: "npu", backend: backend.NPUMock, profile: "ascend910b-8x", driver: framework.NPUDriver, claim: oneDevice(framework.NPUDriver)},
+		// Topology (docs/device-attributes.md): four GPUs per pod on NVLink nodes, without a
+		// constraint (what four GPUs cost by themselves) and with matchAttribute on the aligned
+		// group of 4, on an NVSwitch node (every quad is a group) and on a hybrid cube mesh
+		// (two of its 70 quads are).
+		{name: "gpu-4", backend: backend.Mock, profile: "h100-8x-nvswitch", driver: framework.GPUDriver, claim: fourGPUs("")},
+		{name: "nvlink-4", backend: backend.Mock, profile: "h100-8x-nvswitch", driver: framework.GPUDriver, claim: fourGPUs(nvlinkGroup4)},
+		{name: "nvlink-4-cube", backend: backend.Mock, profile: "v100-8x-cube-mesh", driver: framework.GPUDriver, claim: fourGPUs(nvlinkGroup4)},
 	}
+}
+
+const nvlinkGroup4 = framework.GPUDriver + "/" + string(slices.AttrNVLinkGroup4)
+
+// fourGPUs is a claim for four whole GPUs, all with the same value of matchAttribute if set.
+func fourGPUs(matchAttribute string) resourceapi.DeviceClaim {
+	return framework.DeviceClaim("dev", framework.GPUDriver, 4, nil, matchAttribute)
+}
+
+// devicesPerPod is how many devices a pod's claim takes.
+func (m model) devicesPerPod() int {
+	n := 0
+	for _, r := range m.claim.Requests {
+		if r.Exactly != nil {
+			n += int(r.Exactly.Count)
+		}
+	}
+	return max(n, 1)
 }
 
 // pool builds the node's pool as the plugin does (pkg/nodeplugin: enumerate, dynamic MIG,

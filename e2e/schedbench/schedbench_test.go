@@ -44,7 +44,9 @@ const (
 	envNodes = "SCHED_BENCH_NODES"
 	// envModels is a comma-separated list of model names (models.go); default all.
 	envModels = "SCHED_BENCH_MODELS"
-	// envPods is the burst size; default min(600, 6 × nodes).
+	// envPods is the burst size; default min(600, 6 × nodes), and for a model whose pods take
+	// several devices at most three quarters of the fleet's devices, as 6 one-device pods per
+	// 8-GPU node take.
 	envPods = "SCHED_BENCH_PODS"
 	// envProfileDir names a directory for a CPU profile of the scheduler during each burst
 	// (<dir>/nodes=N-model=M.pprof); unset, none is taken.
@@ -104,7 +106,7 @@ func sizes() ([]int, error) {
 	return out, nil
 }
 
-func burst(nodes int) (int, error) {
+func burst(nodes, devicesPerNode, devicesPerPod int) (int, error) {
 	if env := os.Getenv(envPods); env != "" {
 		n, err := strconv.Atoi(env)
 		if err != nil || n < 1 {
@@ -112,7 +114,11 @@ func burst(nodes int) (int, error) {
 		}
 		return n, nil
 	}
-	return min(600, 6*nodes), nil
+	pods := min(600, 6*nodes)
+	if devicesPerPod > 1 {
+		pods = min(pods, nodes*devicesPerNode*3/(4*devicesPerPod))
+	}
+	return pods, nil
 }
 
 // BenchmarkScheduling runs, for each fleet size, one control plane with that many fake nodes
@@ -185,11 +191,11 @@ func startFleet(b *testing.B, n int) *fleet {
 func (f *fleet) run(b *testing.B, m model) {
 	ctx := context.Background()
 	f.runs++
-	pods, err := burst(len(f.nodes))
+	res, devices, err := m.pool(ctx, f.nodes[0].Name, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	res, devices, err := m.pool(ctx, f.nodes[0].Name, b.TempDir())
+	pods, err := burst(len(f.nodes), devices, m.devicesPerPod())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -274,6 +280,8 @@ func (f *fleet) run(b *testing.B, m model) {
 	// the rates above do: on a shared machine it is the steadier figure to compare models by.
 	b.ReportMetric((cpuAfter-cpuBefore)/float64(pods)*1000, "sched-cpu-ms/pod")
 	b.ReportMetric(float64(devices), "devices/node")
+	b.ReportMetric(float64(m.devicesPerPod()), "devices/pod")
+	b.ReportMetric(float64(pods), "pods")
 	b.ReportMetric(float64(nodesExamined(len(f.nodes))), "examined/pod")
 	b.ReportMetric(float64(slicesPerNode), "slices/node")
 	for _, p := range draPoints {
