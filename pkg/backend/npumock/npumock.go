@@ -18,7 +18,8 @@
 //
 // Creating device special files needs privileges, so the dev entries are regular files holding
 // "MAJOR:MINOR", the format of a sysfs dev attribute, which the NPU backend reads for nodes that
-// are not devices. Each profile also has non-NPU PCI functions (a Huawei NIC, a Mellanox NIC)
+// are not devices. They carry the group and mode the Ascend driver gives its nodes (nodeMode,
+// DriverGID), so that the backend learns a node's group from its stat as on a real host. Each profile also has non-NPU PCI functions (a Huawei NIC, a Mellanox NIC)
 // that the backend must ignore.
 package npumock
 
@@ -32,6 +33,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/accel-dra/accel-dra/pkg/backend/npu"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -221,9 +223,9 @@ func generate(dir, profileName, nodeName string) (paths, error) {
 		return paths{}, fmt.Errorf("NPU mock %s: %w", profileName, err)
 	}
 	w.driverAttributes(out.SysRoot, out.DevRoot, rels, order)
-	w.file(filepath.Join(out.DevRoot, "davinci_manager"), fmt.Sprintf("%d:0\n", davinciManagerMajor))
-	w.file(filepath.Join(out.DevRoot, "devmm_svm"), fmt.Sprintf("%d:0\n", devmmSvmMajor))
-	w.file(filepath.Join(out.DevRoot, "hisi_hdc"), fmt.Sprintf("%d:0\n", hisiHdcMajor))
+	w.node(filepath.Join(out.DevRoot, "davinci_manager"), davinciManagerMajor, 0)
+	w.node(filepath.Join(out.DevRoot, "devmm_svm"), devmmSvmMajor, 0)
+	w.node(filepath.Join(out.DevRoot, "hisi_hdc"), hisiHdcMajor, 0)
 	w.file(out.DriverVersionFile, fmt.Sprintf("Version=%s\npackage_version=%s\n", prof.driverVersion, prof.driverVersion))
 	if w.err != nil {
 		return paths{}, fmt.Errorf("generating NPU mock %s in %s: %w", profileName, base, w.err)
@@ -259,7 +261,7 @@ func (w *writer) driverAttributes(sysRoot, devRoot string, rels map[string]strin
 		w.file(filepath.Join(fdir, "devdrv_sysfs_bdf_to_devid"), table)
 		dev := fmt.Sprintf("%d:%d\n", davinciMajor, id)
 		w.file(filepath.Join(sysRoot, "class", "devdrv-class", fmt.Sprintf("davinci%d", id), "dev"), dev)
-		w.file(filepath.Join(devRoot, fmt.Sprintf("davinci%d", id)), dev)
+		w.node(filepath.Join(devRoot, fmt.Sprintf("davinci%d", id)), davinciMajor, int64(id))
 	}
 }
 
@@ -285,6 +287,43 @@ func (w *writer) file(p, content string) {
 		return
 	}
 	w.err = os.WriteFile(p, []byte(content), 0o644)
+}
+
+// DriverGID is the group of the mock's device nodes where the test may give it (as root, as CI
+// and the kind nodes run): Huawei's driver package runs as user and group HwHiAiUser, which the
+// administrator creates with groupadd before installing, so its number is the host's (1000 on a
+// host where it is the first group made; "Installing the NPU Driver", hiascend.com
+// CANNCommunityEdition softwareinst instg_0108), and the driver creates /dev/davinci<N>,
+// davinci_manager, devmm_svm and hisi_hdc as crw-rw---- HwHiAiUser HwHiAiUser (the listing in
+// Ascend/ascend-device-plugin's dsmi code: "crw-rw---- 1 HwHiAiUser HwHiAiUser 239, 0 ...
+// /dev/davinci0"); a non-root user reaches them by joining the group (usermod -a -G HwHiAiUser,
+// instg_000052).
+//
+// A test that may not chown (not root, and not in that group) keeps the group the file was
+// created with, its own primary group, as the stand-in group; a stand-in group of root's would
+// not be the driver's layout, so Generate refuses it.
+const DriverGID = 1000
+
+// nodeMode is the mode the Ascend driver gives its device nodes (crw-rw----, see DriverGID).
+const nodeMode = 0o660
+
+// node writes the stand-in of a device node with the driver's numbers, mode and group.
+func (w *writer) node(p string, major, minor int64) {
+	w.file(p, fmt.Sprintf("%d:%d\n", major, minor))
+	if w.err != nil {
+		return
+	}
+	if w.err = os.Chmod(p, nodeMode); w.err != nil {
+		return
+	}
+	err := os.Lchown(p, -1, DriverGID)
+	if err == nil {
+		return
+	}
+	var st syscall.Stat_t
+	if w.err = syscall.Stat(p, &st); w.err == nil && st.Gid == 0 {
+		w.err = fmt.Errorf("device node stand-in %s: cannot give it the driver's group (%w) and its own group is root's; run as root or with a primary group other than root", p, err)
+	}
 }
 
 func (w *writer) dir(p string) {
