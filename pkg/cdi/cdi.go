@@ -301,6 +301,13 @@ func deviceNodes(nodes []device.Node) []*specs.DeviceNode {
 			mode := n.FileMode
 			dn.FileMode = &mode
 		}
+		if n.GID != 0 {
+			// The host node's group (HwHiAiUser, render, NVreg_DeviceFileGID): a runtime does not
+			// copy it, and gives the node the process's primary group or root's instead, which
+			// locks out a process that has the host's group only as a supplementary one.
+			gid := n.GID
+			dn.GID = &gid
+		}
 		out = append(out, dn)
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -643,5 +644,51 @@ func TestDeviceNodeFileMode(t *testing.T) {
 	}
 	if got == nil || got.Type != "c" || got.Major != 509 || got.Minor != 12 || got.FileMode == nil || *got.FileMode != 0o444 {
 		t.Errorf("container's caps node %+v, want c 509:12 with mode 0444, though the host has no such node", got)
+	}
+}
+
+// TestDeviceNodeGID: a node whose host group is not root's (the Ascend driver's HwHiAiUser)
+// carries it in the spec, device and control nodes alike, and the runtime creates the
+// container's node with it whatever the process's own group; a node without one gets the
+// runtime's default (the process's primary group, as the CDI library does).
+func TestDeviceNodeGID(t *testing.T) {
+	const hwHiAiUser = 1000
+	dev := npu(0)
+	dev.Nodes[0].GID, dev.Nodes[0].FileMode = hwHiAiUser, 0o660
+	control := slices.Clone(npuControl)
+	control[0].GID, control[0].FileMode = hwHiAiUser, 0o660
+	plain := npu(1)
+	dir := t.TempDir()
+	w := New(dir, device.KindNPU)
+	c := buildCase{kind: device.KindNPU, requests: []Request{req("npu", dev, plain)}, control: control}
+	spec, err := w.Build(c.claim(claimUID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(claimUID, spec); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A non-root process in HwHiAiUser through a supplementary group only.
+	ociSpec := &oci.Spec{Process: &oci.Process{User: oci.User{UID: 1000, GID: 2000, AdditionalGids: []uint32{hwHiAiUser}}}, Linux: &oci.Linux{}}
+	if _, err := cache.InjectDevices(ociSpec, c.ids(claimUID)...); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range ociSpec.Linux.Devices {
+		got[d.Path] = "none"
+		if d.GID != nil {
+			got[d.Path] = strconv.FormatUint(uint64(*d.GID), 10)
+		}
+	}
+	want := map[string]string{
+		dev.Nodes[0].Path: "1000", control[0].Path: "1000",
+		plain.Nodes[0].Path: "2000", control[1].Path: "2000", control[2].Path: "2000",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("container's device nodes' groups (-want +got):\n%s", diff)
 	}
 }

@@ -38,17 +38,26 @@ type Node struct {
 	// not have would be a new record version that the plugin before it (the old pod of a rolling
 	// update) moves aside; the driver takes the mode from the backend when it writes a spec.
 	FileMode fs.FileMode `json:"-"`
+	// GID is the group the runtime gives the node in the container: the host node's group where
+	// it is not root's (Ascend's HwHiAiUser, the render and video groups of /dev/dri, NVIDIA's
+	// NVreg_DeviceFileGID), with FileMode the host node's mode. A runtime copies neither owner
+	// nor group from the host node: it uses the spec's, else the process's primary group, else
+	// root's; a non-root process that reaches the host node through a supplementary group would
+	// be refused it. Zero leaves it to the runtime. Not encoded, for the reason FileMode is not;
+	// the driver takes it from the backend when it writes a spec.
+	GID uint32 `json:"-"`
 }
 
 // Same reports whether n and o are the same device special file: the same path in the
-// container and the same numbers. The mode is how the runtime creates the node, not which
-// device it is, and checkpoint records of plugins before FileMode have none. The host path is
+// container and the same numbers. The mode and group are how the runtime creates the node, not which
+// device it is, and checkpoint records hold neither (FileMode, GID). The host path is
 // where the node is on the host, which the driver's layout decides (the host's /dev, or the GPU
 // operator's driver root, devroot.go in the nvml backend) and an upgrade of the plugin or a
 // move to the operator may change under a prepared claim: the runtime gets the numbers, so the
 // device is the same.
 func (n Node) Same(o Node) bool {
 	n.FileMode, o.FileMode = 0, 0
+	n.GID, o.GID = 0, 0
 	n.HostPath, o.HostPath = "", ""
 	return n == o
 }

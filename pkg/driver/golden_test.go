@@ -57,7 +57,13 @@ func TestGoldenProfiles(t *testing.T) {
 				t.Fatal("two builds of the same node differ")
 			}
 			golden(t, filepath.Join("testdata", "slices", pc.name+".json"), slicesJSON)
-			if specJSON != nil {
+			switch {
+			case specJSON == nil:
+			case pc.driver == "npu.accel-dra.io" && os.Geteuid() != 0:
+				// The mock's Ascend nodes have the driver's group only where the test may give it
+				// (npumock.DriverGID); elsewhere the spec carries the test's own group.
+				t.Log("Not comparing the CDI spec with its golden file: not root, the mock's nodes have a stand-in group")
+			default:
 				golden(t, filepath.Join("testdata", "cdi", pc.name+".json"), specJSON)
 			}
 		})

@@ -21,7 +21,8 @@
 //     container needs; a missing one is logged and left out.
 //  4. A node's type and numbers come from stat. A node that is a regular file (a generated mock
 //     tree, where creating device nodes would need privileges) holds them as text, in the format
-//     of a sysfs `dev` attribute ("MAJOR:MINOR").
+//     of a sysfs `dev` attribute ("MAJOR:MINOR"). A node whose group is not root's (the driver's
+//     HwHiAiUser) gives its group and mode to the container's node (device.Node.GID).
 //  5. pcieRoot and numaNode come from the deviceattribute helpers over SysRoot, as for GPUs, for
 //     NPUs whose function is verified (step 2).
 //  6. The UUID is "NPU-" + a hash of the PCI function's serial_number file where the tree has one
@@ -320,6 +321,15 @@ func (b *Backend) node(name string) (device.Node, error) {
 		n.Type, n.Major, n.Minor = "c", major, minor
 	default:
 		return n, fmt.Errorf("device node %s: %s is neither a device nor a mock node file (mode %v)", n.Path, p, fi.Mode())
+	}
+	gid, mode, err := devnode.Owner(p)
+	if err != nil {
+		return n, fmt.Errorf("device node %s: %w", n.Path, err)
+	}
+	if gid != 0 {
+		// The driver's group (HwHiAiUser): the runtime gives the container's node the spec's
+		// group or none of the host's, and a non-root process in the group needs it.
+		n.GID, n.FileMode = gid, mode
 	}
 	return n, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -469,6 +470,59 @@ func TestRealDeviceNode(t *testing.T) {
 	}
 	if _, err := b.node("."); err == nil {
 		t.Error("a directory was accepted as a device node")
+	}
+}
+
+// TestNodeGroup: a node in the driver's group (HwHiAiUser, crw-rw----) gives the container's
+// node its group and mode; a node of root's group leaves both to the runtime. Real device nodes
+// (mknod, as root where the kernel lets it) and mock stand-ins alike.
+func TestNodeGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving files another group needs root")
+	}
+	dir := t.TempDir()
+	b := &Backend{cfg: Config{DevRoot: dir}}
+	mknod := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := unix.Mknod(p, unix.S_IFCHR|0o660, int(unix.Mkdev(236, 0))); err != nil {
+			t.Skipf("mknod: %v", err)
+		}
+		return p
+	}
+	standIn := func(name string) string {
+		p := filepath.Join(dir, name)
+		write(t, p, "236:0\n")
+		return p
+	}
+	tests := map[string]struct {
+		make func(string) string
+		gid  int
+		mode os.FileMode
+		want device.Node
+	}{
+		"stand-in, driver's group": {standIn, 1000, 0o660, device.Node{GID: 1000, FileMode: 0o660}},
+		"stand-in, root's group":   {standIn, 0, 0o666, device.Node{}},
+		"device, driver's group":   {mknod, 1000, 0o660, device.Node{GID: 1000, FileMode: 0o660}},
+		"device, root's group":     {mknod, 0, 0o666, device.Node{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			file := strings.ReplaceAll(name, " ", "")
+			p := tc.make(file)
+			if err := os.Chown(p, 0, tc.gid); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			n, err := b.node(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.GID != tc.want.GID || n.FileMode != tc.want.FileMode {
+				t.Errorf("node %s: group %d mode %v, want group %d mode %v", name, n.GID, n.FileMode, tc.want.GID, tc.want.FileMode)
+			}
+		})
 	}
 }
 

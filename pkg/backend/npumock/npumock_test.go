@@ -107,7 +107,7 @@ func TestEnumerateProfiles(t *testing.T) {
 				if !uuidFormat.MatchString(d.UUID) {
 					t.Errorf("%s: UUID %q not in NPU-8-4-4-4-12 form", d.Name, d.UUID)
 				}
-				want := []device.Node{{Path: "/dev/davinci" + strings.TrimPrefix(d.Name, "npu-"), Type: "c", Major: davinciMajor, Minor: int64(i)}}
+				want := []device.Node{{Path: "/dev/davinci" + strings.TrimPrefix(d.Name, "npu-"), Type: "c", Major: davinciMajor, Minor: int64(i), GID: standInGroup(), FileMode: nodeMode}}
 				if diff := cmp.Diff(want, d.Nodes); diff != "" {
 					t.Errorf("%s nodes (-want +got):\n%s", d.Name, diff)
 				}
@@ -129,9 +129,9 @@ func TestEnumerateProfiles(t *testing.T) {
 				t.Errorf("NUMA nodes (-want +got):\n%s", diff)
 			}
 			wantCtl := []device.Node{
-				{Path: "/dev/davinci_manager", Type: "c", Major: davinciManagerMajor},
-				{Path: "/dev/devmm_svm", Type: "c", Major: devmmSvmMajor},
-				{Path: "/dev/hisi_hdc", Type: "c", Major: hisiHdcMajor},
+				{Path: "/dev/davinci_manager", Type: "c", Major: davinciManagerMajor, GID: standInGroup(), FileMode: nodeMode},
+				{Path: "/dev/devmm_svm", Type: "c", Major: devmmSvmMajor, GID: standInGroup(), FileMode: nodeMode},
+				{Path: "/dev/hisi_hdc", Type: "c", Major: hisiHdcMajor, GID: standInGroup(), FileMode: nodeMode},
 			}
 			if diff := cmp.Diff(wantCtl, inv.ControlNodes); diff != "" {
 				t.Errorf("control nodes (-want +got):\n%s", diff)
@@ -281,4 +281,13 @@ func TestOneUnreadable(t *testing.T) {
 	if f := inv.Failed[0]; f.Name != "npu-3" || f.PCIBusID != "0000:42:00.0" || f.Err == nil || !strings.Contains(f.Err.Error(), "device ID") {
 		t.Errorf("failed device %+v (%v), want npu-3 at 0000:42:00.0 with an error about its device ID", f, f.Err)
 	}
+}
+
+// standInGroup is the group the mock's nodes have: the driver's where the test may give it
+// (root), else the test's own primary group (DriverGID).
+func standInGroup() uint32 {
+	if os.Geteuid() == 0 {
+		return DriverGID
+	}
+	return uint32(os.Getegid())
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,10 @@ type Info struct {
 	Type  string
 	Major int64
 	Minor int64
+	// GID is the node's group, and Mode its permission bits: what a runtime must be told to
+	// create the node in a container as the host has it (device.Node.GID).
+	GID  uint32
+	Mode fs.FileMode
 }
 
 // Stat returns the type and numbers of the device special file at path. A missing file yields
@@ -39,7 +44,17 @@ func Stat(path string) (Info, error) {
 	}
 	// Rdev is uint32 on some platforms, hence the conversion.
 	rdev := uint64(st.Rdev)
-	return Info{Type: typ, Major: int64(unix.Major(rdev)), Minor: int64(unix.Minor(rdev))}, nil
+	return Info{Type: typ, Major: int64(unix.Major(rdev)), Minor: int64(unix.Minor(rdev)), GID: st.Gid, Mode: fs.FileMode(st.Mode).Perm()}, nil
+}
+
+// Owner returns the group and permission bits of the file at path, following links: those of a
+// mock's stand-in for a device node, which is a regular file.
+func Owner(path string) (gid uint32, mode fs.FileMode, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, &statError{path: path, err: err}
+	}
+	return st.Gid, fs.FileMode(st.Mode).Perm(), nil
 }
 
 // statError keeps the errno reachable through errors.Is (ENOENT matches fs.ErrNotExist).

@@ -22,8 +22,8 @@ func TestStat(t *testing.T) {
 		wantErr  bool
 		notExist bool
 	}{
-		// /dev/null is 1:3 on every Linux host and in every container.
-		"char device":  {path: "/dev/null", want: Info{Type: "c", Major: 1, Minor: 3}},
+		// /dev/null is 1:3, crw-rw-rw- root root, on every Linux host and in every container.
+		"char device":  {path: "/dev/null", want: Info{Type: "c", Major: 1, Minor: 3, GID: 0, Mode: 0o666}},
 		"regular file": {path: regular, wantErr: true},
 		"directory":    {path: dir, wantErr: true},
 		"missing":      {path: filepath.Join(dir, "nope"), wantErr: true, notExist: true},
@@ -41,6 +41,33 @@ func TestStat(t *testing.T) {
 				t.Errorf("Stat(%q) = %+v, want %+v", tc.path, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOwner: the group and permission bits of a file, as a mock's stand-in node carries them.
+func TestOwner(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "davinci0")
+	if err := os.WriteFile(p, []byte("236:0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	// The group the test may give the file: its own primary group unless it is root.
+	want := uint32(os.Getegid())
+	if os.Geteuid() == 0 {
+		want = 4242
+		if err := os.Chown(p, -1, int(want)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gid, mode, err := Owner(p)
+	if err != nil || gid != want || mode != 0o660 {
+		t.Errorf("Owner(%s) = %d, %v, %v; want %d, -rw-rw----, no error", p, gid, mode, err, want)
+	}
+	if _, _, err := Owner(filepath.Join(dir, "nope")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Owner of a missing file: %v, want an error matching fs.ErrNotExist", err)
 	}
 }
 
