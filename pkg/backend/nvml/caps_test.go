@@ -11,6 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -48,7 +49,7 @@ func TestMIGCapNodes(t *testing.T) {
 			s := server(t, tc.profile)
 			s.UseStateDir(t.TempDir())
 			var statted []string
-			stat := func(p string) (string, int64, int64, error) {
+			stat := func(p string) (devnode.Info, error) {
 				statted = append(statted, p)
 				return s.Stat(p)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -61,16 +62,16 @@ func TestResolveControlNodes(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			stat := func(p string) (string, int64, int64, error) {
+			stat := func(p string) (devnode.Info, error) {
 				if tc.statErr != nil {
-					return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: tc.statErr}
+					return devnode.Info{}, &fs.PathError{Op: "stat", Path: p, Err: tc.statErr}
 				}
 				for _, n := range tc.inDev {
 					if filepath.Base(p) == n {
-						return all[n].Type, all[n].Major, all[n].Minor, nil
+						return devnode.Info{Type: all[n].Type, Major: all[n].Major, Minor: all[n].Minor}, nil
 					}
 				}
-				return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+				return devnode.Info{}, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
 			}
 			var proc fs.FS = fstest.MapFS{"devices": &fstest.MapFile{Data: []byte(tc.proc)}}
 			if tc.procErr != nil {

@@ -69,21 +69,31 @@ func (f *nodeFinder) driverDevDir() (seen, host string) {
 func (f *nodeFinder) find(name string) (device.Node, error) {
 	n := device.Node{Path: path.Join("/dev", name)}
 	if seen, host := f.driverDevDir(); seen != "" {
-		typ, major, minor, err := f.stat(filepath.Join(seen, name))
+		info, err := f.stat(filepath.Join(seen, name))
 		switch {
 		case err == nil:
-			n.HostPath, n.Type, n.Major, n.Minor = path.Join(host, name), typ, major, minor
-			return n, nil
+			n.HostPath = path.Join(host, name)
+			return withInfo(n, info), nil
 		case !errors.Is(err, fs.ErrNotExist):
 			return n, fmt.Errorf("device node %s (%s on the host): %w", n.Path, path.Join(host, name), err)
 		}
 	}
-	typ, major, minor, err := f.stat(filepath.Join(f.devRoot, name))
+	info, err := f.stat(filepath.Join(f.devRoot, name))
 	if err != nil {
 		return n, fmt.Errorf("device node %s: %w", n.Path, err)
 	}
-	n.Type, n.Major, n.Minor = typ, major, minor
-	return n, nil
+	return withInfo(n, info), nil
+}
+
+// withInfo is n with the numbers of the node stat found, and its group and mode where its group
+// is not root's (NVreg_DeviceFileGID; render and video for /dev/dri): a runtime gives the
+// container's node no group of the host's unless the spec says (device.Node.GID).
+func withInfo(n device.Node, info devnode.Info) device.Node {
+	n.Type, n.Major, n.Minor = info.Type, info.Major, info.Minor
+	if info.GID != 0 {
+		n.GID, n.FileMode = info.GID, info.Mode
+	}
+	return n
 }
 
 // majors returns the character majors of the host's /proc/devices.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -22,20 +23,22 @@ func TestDRINodes(t *testing.T) {
 		"devices/pci0000:00/" + bdf + "/drm/card1-DP-1/status": {Data: []byte("disconnected\n")},
 		"devices/pci0000:00/" + bdf + "/drm/renderD129/dev":    {Data: []byte("226:129\n")},
 	}
-	stat := func(p string) (string, int64, int64, error) {
+	stat := func(p string) (devnode.Info, error) {
 		switch path.Base(p) {
 		case "card1":
-			return "c", 226, 1, nil
+			// A host whose card nodes are root's (no udev rule), and render nodes the render
+			// group's: only the group that is not root's reaches the spec, with the node's mode.
+			return devnode.Info{Type: "c", Major: 226, Minor: 1, Mode: 0o666}, nil
 		case "renderD128":
-			return "c", 226, 128, nil
+			return devnode.Info{Type: "c", Major: 226, Minor: 128, GID: 109, Mode: 0o660}, nil
 		}
-		return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+		return devnode.Info{}, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
 	}
 	b := New(nil, sysfs, "/host/dev", WithStat(stat))
 	want := []device.Node{
 		{Path: "/dev/dri/card1", Type: "c", Major: 226, Minor: 1},
 		// renderD129 is listed but has no node: left out.
-		{Path: "/dev/dri/renderD128", Type: "c", Major: 226, Minor: 128},
+		{Path: "/dev/dri/renderD128", Type: "c", Major: 226, Minor: 128, GID: 109, FileMode: 0o660},
 	}
 	if diff := cmp.Diff(want, b.driNodes(context.Background(), bdf)); diff != "" {
 		t.Errorf("DRM nodes (-want +got):\n%s", diff)

@@ -35,15 +35,12 @@ var ErrVersionMismatch = errors.New("NVIDIA driver/library version mismatch: the
 
 var ErrLibraryNotFound = errors.New("NVML library libnvidia-ml.so.1 not found: is the NVIDIA driver installed and the library mounted into the plugin container?")
 
-// StatFunc returns the type ("c" or "b") and numbers of the device node at path. A missing node
-// must yield an error matching fs.ErrNotExist.
-type StatFunc func(path string) (typ string, major, minor int64, err error)
+// StatFunc returns the type ("c" or "b"), numbers, group and mode of the device node at path. A
+// missing node must yield an error matching fs.ErrNotExist.
+type StatFunc func(path string) (devnode.Info, error)
 
 // StatDevice is the StatFunc for real hosts: it stats the node.
-func StatDevice(path string) (string, int64, int64, error) {
-	info, err := devnode.Stat(path)
-	return info.Type, info.Major, info.Minor, err
-}
+func StatDevice(path string) (devnode.Info, error) { return devnode.Stat(path) }
 
 // Backend implements device.Backend with NVML.
 type Backend struct {

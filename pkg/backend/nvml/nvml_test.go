@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/accel-dra/accel-dra/pkg/backend/internal/devnode"
 	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -331,10 +332,10 @@ func TestDeviceNodes(t *testing.T) {
 				}
 			}
 			var statted []string
-			stat := func(p string) (string, int64, int64, error) {
+			stat := func(p string) (devnode.Info, error) {
 				statted = append(statted, p)
 				if tc.statErr != nil && path.Base(p) == tc.missing {
-					return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: tc.statErr}
+					return devnode.Info{}, &fs.PathError{Op: "stat", Path: p, Err: tc.statErr}
 				}
 				return nvmlmock.StatFile(p)
 			}

@@ -51,7 +51,10 @@ const (
 // runtime stats no host path: runc creates the node in the container with mknod.
 type devNodes struct {
 	// minors are the GPUs' minor numbers, /dev/nvidia<minor>.
-	minors  []int
+	minors []int
+	// fileGID is the driver's NVreg_DeviceFileGID (SetDeviceFileGID); 0, the driver's default,
+	// makes the nodes root's.
+	fileGID atomic.Uint32
 	modeset bool
 	// dri are the /dev/dri nodes (card<N>, renderD<M>) by name, with their DRM minors.
 	dri map[string]int64
@@ -65,22 +68,52 @@ func (s *Server) SetUVM(st UVMState) { s.dev.uvm.Store(int32(st)) }
 // WithUVM starts the machine with nvidia-uvm in state st (default UVMReady).
 func WithUVM(st UVMState) Option { return func(o *options) { o.uvm = &st } }
 
+// Groups and modes of the machine's nodes, as the host has them. The NVIDIA driver creates
+// /dev/nvidia* as root:root with mode 0666 unless its module parameters NVreg_DeviceFileUID,
+// NVreg_DeviceFileGID and NVreg_DeviceFileMode say otherwise (NVIDIA's driver README,
+// "Configuring device file permissions"; nvidia-modprobe applies them, with
+// NVreg_ModifyDeviceFiles=1, the default); a site that keeps GPUs to a group sets the group and
+// 0660 (SetDeviceFileGID). The kernel's DRM nodes get their group from udev's default rules
+// (systemd's 50-udev-default.rules): card<N> video, renderD<N> render, 0660 on most
+// distributions (the listing in cncf-tags/container-device-interface#175: "crw-rw---- 1 root
+// video 226, 0 /dev/dri/card0", "crw-rw---- 1 root render 226, 128 /dev/dri/renderD128").
+const (
+	// VideoGID is Debian's and Ubuntu's static video group (base-passwd).
+	VideoGID = 44
+	// RenderGID is the render group, a dynamic system group (109 in the listing above).
+	RenderGID = 109
+	// StandInMode is the mode of WriteDevNodes' files for the NVIDIA driver's nodes: the
+	// driver's default device file mode (NVreg_DeviceFileMode=0666, nvidia-modprobe's default),
+	// which a node stand-in copies.
+	StandInMode = 0o666
+	// groupMode is the mode of a node kept to a group: the DRM nodes, and the NVIDIA nodes with
+	// NVreg_DeviceFileGID set.
+	groupMode = 0o660
+)
+
+// SetDeviceFileGID makes the NVIDIA driver's nodes the machine creates from now on (DevNodes,
+// Stat, WriteDevNodes) group gid with mode 0660, as NVreg_DeviceFileGID=gid with
+// NVreg_DeviceFileMode=0660 does; 0 is the driver's default, root's group and mode 0666.
+func (s *Server) SetDeviceFileGID(gid uint32) { s.dev.fileGID.Store(gid) }
+
 // Stat is the nvml.StatFunc of a mock host whose /dev holds the machine's nodes: it answers for
 // /dev/<name> (and /dev/dri/<name>) with the numbers the NVIDIA driver uses, and fs.ErrNotExist
 // for anything else: a node of the machine under another directory, the nvidia-uvm nodes while
 // they are not created, and every /dev/nvidia-caps node (the plugin must build those from
 // ProcFS).
-func (s *Server) Stat(p string) (string, int64, int64, error) { return s.dev.stat(p) }
+func (s *Server) Stat(p string) (devnode.Info, error) { return s.dev.stat(p) }
 
 // ProcDevices is the content of the machine's /proc/devices: the character majors of the
 // NVIDIA driver's modules that are loaded.
 func (s *Server) ProcDevices() ([]byte, error) { return s.dev.procDevices() }
 
 // DevNode is a device node the machine's driver install creates, by its path relative to the
-// dev root ("nvidia0", "dri/card1").
+// dev root ("nvidia0", "dri/card1"), with the group and mode the host gives it.
 type DevNode struct {
 	Name         string
 	Major, Minor int64
+	GID          uint32
+	Mode         fs.FileMode
 }
 
 // DevNodes returns the nodes the machine's driver install creates now, sorted by name: what
@@ -90,43 +123,52 @@ type DevNode struct {
 func (s *Server) DevNodes() []DevNode { return s.dev.nodes() }
 
 func (d *devNodes) nodes() []DevNode {
-	out := []DevNode{{Name: "nvidiactl", Major: nvidiaMajor, Minor: nvidiaCtlMinor}}
+	gid, mode := d.fileGID.Load(), fs.FileMode(StandInMode)
+	if gid != 0 {
+		mode = groupMode
+	}
+	nv := func(name string, major, minor int64) DevNode {
+		return DevNode{Name: name, Major: major, Minor: minor, GID: gid, Mode: mode}
+	}
+	out := []DevNode{nv("nvidiactl", nvidiaMajor, nvidiaCtlMinor)}
 	for _, m := range d.minors {
-		out = append(out, DevNode{Name: "nvidia" + strconv.Itoa(m), Major: nvidiaMajor, Minor: int64(m)})
+		out = append(out, nv("nvidia"+strconv.Itoa(m), nvidiaMajor, int64(m)))
 	}
 	if UVMState(d.uvm.Load()) == UVMReady {
-		out = append(out, DevNode{Name: "nvidia-uvm", Major: uvmMajor}, DevNode{Name: "nvidia-uvm-tools", Major: uvmMajor, Minor: 1})
+		out = append(out, nv("nvidia-uvm", uvmMajor, 0), nv("nvidia-uvm-tools", uvmMajor, 1))
 	}
 	if d.modeset {
-		out = append(out, DevNode{Name: "nvidia-modeset", Major: nvidiaMajor, Minor: nvidiaModesetMin})
+		out = append(out, nv("nvidia-modeset", nvidiaMajor, nvidiaModesetMin))
 	}
 	for name, minor := range d.dri {
-		out = append(out, DevNode{Name: "dri/" + name, Major: drmMajor, Minor: minor})
+		group := uint32(VideoGID)
+		if strings.HasPrefix(name, "renderD") {
+			group = RenderGID
+		}
+		out = append(out, DevNode{Name: "dri/" + name, Major: drmMajor, Minor: minor, GID: group, Mode: groupMode})
 	}
 	slices.SortFunc(out, func(a, b DevNode) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-func (d *devNodes) stat(p string) (string, int64, int64, error) {
+func (d *devNodes) stat(p string) (devnode.Info, error) {
 	rel, ok := strings.CutPrefix(path.Clean(p), "/dev/")
 	if ok {
 		for _, n := range d.nodes() {
 			if n.Name == rel {
-				return "c", n.Major, n.Minor, nil
+				return devnode.Info{Type: "c", Major: n.Major, Minor: n.Minor, GID: n.GID, Mode: n.Mode}, nil
 			}
 		}
 	}
-	return "", 0, 0, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+	return devnode.Info{}, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
 }
-
-// StandInMode is the mode of WriteDevNodes' files: the NVIDIA driver's default device file mode
-// (NVreg_DeviceFileMode=0666, nvidia-modprobe's default), which a node stand-in copies.
-const StandInMode = 0o666
 
 // WriteDevNodes lays the nodes the machine's driver install creates (DevNodes without the DRM
 // nodes: nvidia-modprobe's) out under dir as stand-ins: regular files that hold "MAJOR:MINOR",
 // the format of a sysfs dev attribute (as npumock's devfs does), which StatFile reads as the
-// character device they stand for. Making device special files needs CAP_MKNOD, which tests and
+// character device they stand for, with the node's mode and group. A test that may not give a
+// file another group (not root) keeps its own primary group as the stand-in group of a node of
+// a group; one of root's is refused. Making device special files needs CAP_MKNOD, which tests and
 // unprivileged plugins lack; a test that runs as root (the kind node) makes real ones with
 // mknod instead. Nodes of the machine's that are no longer created (nvidia-uvm unloaded) are
 // removed, and nothing else in dir is touched.
@@ -158,9 +200,28 @@ func (d *devNodes) write(dir string, drm bool) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("mock device nodes: %w", err)
 		}
-		if err := replaceFile(p, fmt.Appendf(nil, "%d:%d\n", n.Major, n.Minor), StandInMode); err != nil {
+		if err := replaceFile(p, fmt.Appendf(nil, "%d:%d\n", n.Major, n.Minor), n.Mode); err != nil {
 			return fmt.Errorf("mock device nodes: %w", err)
 		}
+		if err := chgrp(p, n.GID); err != nil {
+			return fmt.Errorf("mock device nodes: %w", err)
+		}
+	}
+	return nil
+}
+
+// chgrp gives the stand-in at p the group gid, or keeps the test's own group where it may not
+// (see WriteDevNodes).
+func chgrp(p string, gid uint32) error {
+	if gid == 0 {
+		return nil
+	}
+	err := os.Lchown(p, -1, int(gid))
+	if err == nil {
+		return nil
+	}
+	if own, _, serr := devnode.Owner(p); serr != nil || own == 0 {
+		return fmt.Errorf("device node stand-in %s: cannot give it group %d (%w) and its own group is root's; run as root or with a primary group other than root", p, gid, err)
 	}
 	return nil
 }
@@ -168,24 +229,28 @@ func (d *devNodes) write(dir string, drm bool) error {
 // StatFile is the nvml.StatFunc of a mock machine whose nodes are files on this host: a device
 // special file answers with its numbers (devnode.Stat), a WriteDevNodes stand-in with the
 // numbers it holds, a missing file with fs.ErrNotExist, anything else with an error.
-func StatFile(p string) (string, int64, int64, error) {
+func StatFile(p string) (devnode.Info, error) {
 	info, err := devnode.Stat(p)
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return info.Type, info.Major, info.Minor, err
+		return info, err
 	}
 	fi, serr := os.Stat(p)
 	if serr != nil || !fi.Mode().IsRegular() || fi.Size() > 32 {
-		return "", 0, 0, err
+		return devnode.Info{}, err
 	}
 	b, rerr := os.ReadFile(p)
 	if rerr != nil {
-		return "", 0, 0, rerr
+		return devnode.Info{}, rerr
 	}
 	major, minor, perr := devnode.ParseDev(string(b))
 	if perr != nil {
-		return "", 0, 0, fmt.Errorf("%s is neither a device node nor a mock stand-in: %w", p, perr)
+		return devnode.Info{}, fmt.Errorf("%s is neither a device node nor a mock stand-in: %w", p, perr)
 	}
-	return "c", major, minor, nil
+	gid, mode, oerr := devnode.Owner(p)
+	if oerr != nil {
+		return devnode.Info{}, oerr
+	}
+	return devnode.Info{Type: "c", Major: major, Minor: minor, GID: gid, Mode: mode}, nil
 }
 
 func (d *devNodes) procDevices() ([]byte, error) {

@@ -50,8 +50,9 @@ func TestDRMNodes(t *testing.T) {
 				card, render := tc.firstCard+d.Number, 128+d.Number
 				want := []device.Node{
 					{Path: fmt.Sprintf("/dev/nvidia%d", d.Number), Type: "c", Major: 195, Minor: int64(d.Number)},
-					{Path: fmt.Sprintf("/dev/dri/card%d", card), Type: "c", Major: 226, Minor: int64(card)},
-					{Path: fmt.Sprintf("/dev/dri/renderD%d", render), Type: "c", Major: 226, Minor: int64(render)},
+					// udev's groups: card video, renderD render, both 0660.
+					{Path: fmt.Sprintf("/dev/dri/card%d", card), Type: "c", Major: 226, Minor: int64(card), GID: VideoGID, FileMode: 0o660},
+					{Path: fmt.Sprintf("/dev/dri/renderD%d", render), Type: "c", Major: 226, Minor: int64(render), GID: RenderGID, FileMode: 0o660},
 				}
 				if diff := cmp.Diff(want, d.Nodes); diff != "" {
 					t.Errorf("%s: nodes (-want +got):\n%s", d.Name, diff)
