@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -96,4 +97,65 @@ func TestDeviceNodeGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMIGRecordGroup: with NVreg_DeviceFileGID set, a MIG device's /dev/nvidiaN (its GPU's) is
+// the driver's group with 0660, and a container gets it so, static or dynamic. A dynamic MIG
+// device's record holds its nodes, which keep no group (device.Node.GID is not encoded): a spec
+// written again from the record (a restart that found the CDI directory wiped) must take the
+// group from the GPU as the backend finds it now, as it takes the caps nodes' modes.
+func TestMIGRecordGroup(t *testing.T) {
+	const gid = 1234
+	for name, static := range map[string]bool{"static": true, "dynamic": false} {
+		t.Run(name, func(t *testing.T) {
+			e := startMIGEnv(t, "mig-mixed", static)
+			e.deviceFileGID = gid
+			e.restart()
+			dev := "gpu-1-mig-1g5gb-0"
+			if static {
+				dev = "gpu-0-mig-2g10gb-0"
+			}
+			gpuNode := e.inv.Lookup()[dev].Nodes[0].Path
+			check := func(when string, ids []string) {
+				t.Helper()
+				found := false
+				for _, d := range e.injectedDevices(t, when, ids) {
+					if d.Path != gpuNode && d.Path != "/dev/nvidiactl" {
+						continue
+					}
+					found = found || d.Path == gpuNode
+					if d.GID == nil || *d.GID != gid || d.FileMode == nil || d.FileMode.Perm() != 0o660 {
+						t.Errorf("%s: container's %s has group %v mode %v, want the host's %d and 0660", when, d.Path, ptrString(d.GID), d.FileMode, gid)
+					}
+				}
+				if !found {
+					t.Errorf("%s: container lacks %s", when, gpuNode)
+				}
+			}
+			r := e.prepare(claim("a", []result{{Device: dev}}))
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			check("prepared", r.Devices[0].CDIDeviceIDs)
+			e.restart()
+			specs, _ := filepath.Glob(filepath.Join(e.cdiDir(), "*"))
+			for _, f := range specs {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r = e.prepare(claim("a", []result{{Device: dev}}))
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			check("written again from the record", r.Devices[0].CDIDeviceIDs)
+		})
+	}
+}
+
+func ptrString(p *uint32) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.FormatUint(uint64(*p), 10)
 }

@@ -361,46 +361,69 @@ func (m *migStep) verify(ctx context.Context, c *checkpoint.Claim, pd *checkpoin
 	return fmt.Errorf("claim %s/%s (%s): MIG device %s (UUID %s, GPU instance %d) no longer exists", c.Namespace, c.Name, c.UID, pd.Device, pd.UUID, *pd.MIG.GI)
 }
 
-// withModes returns rec with the modes of its dynamic-MIG devices' /dev/nvidia-caps nodes,
-// which the driver prescribes and records do not hold (device.Node.FileMode), taken from the
-// MIG instances as the driver lists them now. A prepare has them from creating the instance;
-// a spec written again from a record (a wiped CDI directory, a driver change) asks here. A
-// mode it cannot learn is left to the runtime, which then creates the node with its default.
+// withModes returns rec with the modes and groups of its dynamic-MIG devices' nodes, which
+// records do not hold (device.Node.FileMode, GID): the GPU's nodes' from the inventory (the
+// group NVreg_DeviceFileGID gives /dev/nvidiaN), the /dev/nvidia-caps nodes' modes, which the
+// driver prescribes, from the MIG instances as the driver lists them now. A prepare has them
+// from the inventory and from creating the instance; a spec written again from a record (a
+// wiped CDI directory, a driver change) asks here. A mode or group it cannot learn is left to
+// the runtime, which then creates the node with its default. Other devices' specs take their
+// nodes from the inventory (specDevice).
 func (m *migStep) withModes(ctx context.Context, rec *checkpoint.Claim) *checkpoint.Claim {
-	missing := false
-	for _, pd := range rec.Devices {
-		for _, n := range pd.Nodes {
-			missing = missing || (pd.MIG != nil && n.FileMode == 0)
-		}
-	}
-	if !missing || m.n.opts.MIG == nil {
+	if !stdslices.ContainsFunc(rec.Devices, func(pd checkpoint.PreparedDevice) bool { return pd.MIG != nil }) {
 		return rec
 	}
-	list, _, err := m.list(ctx)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot read the modes of MIG caps nodes; the runtime's default applies", "claim", klog.KRef(rec.Namespace, rec.Name))
-	}
-
 	out := *rec
 	out.Devices = stdslices.Clone(rec.Devices)
+	missing := false
 	for i := range out.Devices {
 		pd := &out.Devices[i]
 		if pd.MIG == nil {
 			continue
 		}
 		pd.Nodes = stdslices.Clone(pd.Nodes)
+		if dev, ok := m.n.devices[pd.Device]; ok {
+			restoreNodes(pd.Nodes, dev.Nodes)
+		}
+		for _, n := range pd.Nodes {
+			missing = missing || n.FileMode == 0
+		}
+	}
+	if !missing || m.n.opts.MIG == nil {
+		return &out
+	}
+	list, _, err := m.list(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot read the modes of MIG caps nodes; the runtime's default applies", "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
+	for i := range out.Devices {
+		pd := &out.Devices[i]
+		if pd.MIG == nil {
+			continue
+		}
 		for _, in := range list {
-			if !recordedAs(pd, in) {
-				continue
-			}
-			for j := range pd.Nodes {
-				for _, live := range in.CapNodes {
-					if pd.Nodes[j].FileMode == 0 && pd.Nodes[j].Same(live) {
-						pd.Nodes[j].FileMode = live.FileMode
-					}
-				}
+			if recordedAs(pd, in) {
+				restoreNodes(pd.Nodes, in.CapNodes)
 			}
 		}
 	}
 	return &out
+}
+
+// restoreNodes gives each of nodes that has no mode or group (a record's) those of the same
+// node in live.
+func restoreNodes(nodes, live []device.Node) {
+	for j := range nodes {
+		for _, l := range live {
+			if !nodes[j].Same(l) {
+				continue
+			}
+			if nodes[j].FileMode == 0 {
+				nodes[j].FileMode = l.FileMode
+			}
+			if nodes[j].GID == 0 {
+				nodes[j].GID = l.GID
+			}
+		}
+	}
 }

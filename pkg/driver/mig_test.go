@@ -44,6 +44,8 @@ type migEnv struct {
 	wrap func(device.Partitioner) device.Partitioner
 	// profile is the mock profile; empty: mig-mixed.
 	profile string
+	// deviceFileGID is the driver's NVreg_DeviceFileGID at the next restart.
+	deviceFileGID uint32
 }
 
 func newMIGEnv(t *testing.T) *migEnv { return startMIGEnv(t, "", false) }
@@ -89,6 +91,7 @@ func (e *migEnv) start2() (*ReconcileReport, error) {
 		e.t.Fatal(err)
 	}
 	s.UseStateDir(filepath.Join(e.dir, "mock"))
+	s.SetDeviceFileGID(e.deviceFileGID)
 	for _, i := range e.lost {
 		lose(s.Devices[i])
 	}
