@@ -24,6 +24,7 @@ import (
 	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/fakecri"
 	"github.com/accel-dra/accel-dra/e2e/framework"
+	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
 )
 
 // mockNVIDIADriverVersion is the driver version of the nvmlmock profiles; the fake driver root
@@ -231,6 +232,15 @@ func checkGPUDriverFiles(t *testing.T, rec fakecri.ContainerRecord, _ []string) 
 // checkAscendDriverFiles: the Ascend driver mounts and ASCEND_VISIBLE_DEVICES of exactly devs.
 func checkAscendDriverFiles(t *testing.T, rec fakecri.ContainerRecord, devs []string) {
 	t.Helper()
+	// The Ascend driver's nodes are crw-rw---- HwHiAiUser, which the mock lays out as root
+	// (npumock.DriverGID); the container's nodes must keep that group for a non-root user in it.
+	if os.Geteuid() == 0 {
+		for _, n := range rec.Devices {
+			if n.GID != npumock.DriverGID || n.FileMode.Perm() != 0o660 {
+				t.Errorf("container %s: %s has group %d mode %v, want the host node's %d and 0660", rec.ContainerName, n.Path, n.GID, n.FileMode, npumock.DriverGID)
+			}
+		}
+	}
 	checkMounts(t, rec, "/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info",
 		"/etc/ascend_install.info", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
 	var want []string

@@ -71,6 +71,9 @@ type DeviceNode struct {
 	// FileMode is the mode the runtime creates the node with: the spec's, else the host node's;
 	// zero where neither says (runc then uses 0666).
 	FileMode os.FileMode
+	// GID is the group the runtime creates the node with: the spec's, else the process's
+	// primary group (the CDI library's default); zero is root's, runc's default.
+	GID uint32
 }
 
 // CreateFailure is a CreateContainer call the runtime refused (for example an unresolvable CDI
@@ -286,6 +289,9 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 			n := DeviceNode{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor}
 			if d.FileMode != nil {
 				n.FileMode = *d.FileMode
+			}
+			if d.GID != nil {
+				n.GID = *d.GID
 			}
 			rec.Devices = append(rec.Devices, n)
 		}
