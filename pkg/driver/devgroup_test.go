@@ -137,13 +137,7 @@ func TestMIGRecordGroup(t *testing.T) {
 				t.Fatal(r.Err)
 			}
 			check("prepared", r.Devices[0].CDIDeviceIDs)
-			e.restart()
-			specs, _ := filepath.Glob(filepath.Join(e.cdiDir(), "*"))
-			for _, f := range specs {
-				if err := os.Remove(f); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.restartWithoutSpecs()
 			r = e.prepare(claim("a", []result{{Device: dev}}))
 			if r.Err != nil {
 				t.Fatal(r.Err)
@@ -158,4 +152,17 @@ func ptrString(p *uint32) string {
 		return "none"
 	}
 	return strconv.FormatUint(uint64(*p), 10)
+}
+
+// restartWithoutSpecs restarts the plugin and removes every CDI spec, as on a node whose CDI
+// directory was wiped: the specs are written again from the records.
+func (e *migEnv) restartWithoutSpecs() {
+	e.t.Helper()
+	e.restart()
+	specs, _ := filepath.Glob(filepath.Join(e.cdiDir(), "*"))
+	for _, f := range specs {
+		if err := os.Remove(f); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }

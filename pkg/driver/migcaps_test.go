@@ -70,13 +70,7 @@ func TestMIGCapsNodesInSpec(t *testing.T) {
 			// The record does not hold the modes (they would be a new record version); a spec
 			// written again from it, after a restart that found the CDI directory wiped, gets
 			// them from the driver again.
-			e.restart()
-			specs, _ := filepath.Glob(filepath.Join(e.cdiDir(), "*"))
-			for _, f := range specs {
-				if err := os.Remove(f); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.restartWithoutSpecs()
 			r = e.prepare(claim("a", []result{{Device: tc.device}}))
 			if r.Err != nil {
 				t.Fatal(r.Err)
