@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -113,3 +114,74 @@ func loadError(path string) error {
 // generator (pkg/cdi/nvidia), which asks it for the driver version: the same library, real or
 // mock, so the driver it describes is the one whose devices were enumerated.
 func (b *Backend) Library() nvml.Interface { return b.lib }
+
+// A process calls the first libnvidia-ml it loads, for good. go-nvml loads the library with
+// RTLD_GLOBAL and calls NVML's functions as C functions of the executable (cgo: C.nvmlInit_v2,
+// go-nvml pkg/nvml/lib.go's defaultNvmlLibraryLoadFlags), which the dynamic loader binds to the
+// first definition in the process's global scope, at the first call; and it never unloads a
+// library whose symbols the executable bound (glibc marks it NODELETE), so nvmlShutdown and
+// go-nvml's dlclose do not undo it. A library loaded later from another path, by a backend of
+// its own (nvml.New(nvml.WithLibraryPath(...))), is opened, and every call still runs the first
+// one's code. Measured: two stand-ins for libnvidia-ml.so.1 that report driver versions 570.1.1
+// and 580.2.2, loaded in turn by go-nvml in one process, each after the previous one's Shutdown,
+// both report 570.1.1. So a process follows a driver whose library was replaced only by
+// starting again (exec).
+
+// ErrLibraryBound is returned (wrapped) by a backend whose library is not the one its process
+// already calls: the new library's NVML would answer with the old one's code. Only a new
+// process loads it.
+var ErrLibraryBound = errors.New("this process already calls another libnvidia-ml (go-nvml binds NVML's functions to the first library a process loads, for the life of the process): only a new process loads the driver's current library")
+
+var processLibraries struct {
+	sync.Mutex
+	bound map[string]string
+}
+
+// BindLibrary records path as the library whose code the process calls, unless one is already,
+// and returns the one that is. process is "" for this process; the mock (pkg/backend/nvmlmock)
+// names its machines' processes, as one test process runs many.
+func BindLibrary(process, path string) string {
+	processLibraries.Lock()
+	defer processLibraries.Unlock()
+	if processLibraries.bound == nil {
+		processLibraries.bound = map[string]string{}
+	}
+	if bound, ok := processLibraries.bound[process]; ok {
+		return bound
+	}
+	processLibraries.bound[process] = path
+	return path
+}
+
+// BoundLibrary is the library whose code process calls; "" before its first NVML call.
+func BoundLibrary(process string) string {
+	processLibraries.Lock()
+	defer processLibraries.Unlock()
+	return processLibraries.bound[process]
+}
+
+// UnbindLibrary forgets the library process calls: for the mock's processes (nvmlmock.Exec),
+// which are not processes; a real one is unbound by exec(2) alone.
+func UnbindLibrary(process string) {
+	processLibraries.Lock()
+	defer processLibraries.Unlock()
+	delete(processLibraries.bound, process)
+}
+
+// WithLibrary tells the backend that its NVML was loaded from path by process (BindLibrary's),
+// so that its Init fails with ErrLibraryBound where the process already calls another library
+// rather than answer with that library's code. NewFromSystem sets it for this process.
+func WithLibrary(process, path string) Option {
+	return func(b *Backend) { b.process, b.libraryPath = process, path }
+}
+
+// bindLibrary is Init's check of the library against the one the process calls.
+func (b *Backend) bindLibrary() error {
+	if b.libraryPath == "" {
+		return nil
+	}
+	if bound := BindLibrary(b.process, b.libraryPath); bound != b.libraryPath {
+		return fmt.Errorf("loading NVML from %s: %w (it calls %s)", b.libraryPath, ErrLibraryBound, bound)
+	}
+	return nil
+}

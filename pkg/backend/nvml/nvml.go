@@ -55,6 +55,8 @@ type Backend struct {
 	// than one goroutine.
 	mu     sync.Mutex
 	inited bool
+	// process and libraryPath are where NVML comes from (WithLibrary, library.go).
+	process, libraryPath string
 }
 
 var _ device.Backend = (*Backend)(nil)
@@ -99,6 +101,9 @@ func (b *Backend) Close() error {
 func (b *Backend) initLocked(ctx context.Context) (err error) {
 	if b.inited {
 		return nil
+	}
+	if err := b.bindLibrary(); err != nil {
+		return err
 	}
 	// go-nvml loads the library with dlopen and resolves symbols on Init; on some broken
 	// installations (a library of the wrong architecture or an incompatible version) that path

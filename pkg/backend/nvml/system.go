@@ -28,7 +28,7 @@ func NewFromSystem(ctx context.Context, library, sysRoot, devRoot string, opts .
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithProc(os.DirFS(DefaultProcRoot))}, opts...)
+	opts = append([]Option{WithProc(os.DirFS(DefaultProcRoot)), WithLibrary("", library)}, opts...)
 	b := New(lib, sysfs, devRoot, opts...)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
 	"github.com/accel-dra/accel-dra/pkg/device"
@@ -135,5 +137,61 @@ func TestWithDriverRoot(t *testing.T) {
 				t.Errorf("enumerated %d GPUs, want all of driver version %s: %+v", len(inv.Devices), tc.want, inv.Devices)
 			}
 		})
+	}
+}
+
+// TestLibraryBoundToProcess: the machine's plugin process calls the first driver library it
+// loaded for as long as it lives (go-nvml binds NVML's functions process-wide, nvml
+// library.go): after the driver root is replaced by another version and its module loaded, a
+// new backend of that process is refused (nvml.ErrLibraryBound), and NVML loaded from the new
+// root without the backend answers with the old library's code, which the new module refuses;
+// after Exec, the process loads the new library.
+func TestLibraryBoundToProcess(t *testing.T) {
+	ctx := context.Background()
+	root, state := t.TempDir(), t.TempDir()
+	const before, after = "570.172.08", "580.82.07"
+	if err := WriteDriver(root, before); err != nil {
+		t.Fatal(err)
+	}
+	open := func() device.Backend {
+		t.Helper()
+		be, err := New("h100-8x-2numa", "node-a", WithDriverRoot(root), WithStateDir(state))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = be.Close() })
+		return be
+	}
+	version := func(be device.Backend) (string, error) {
+		inv, err := be.Enumerate(ctx)
+		if err != nil {
+			return "", err
+		}
+		return inv.Devices[0].DriverVersion, nil
+	}
+	first := open()
+	if v, err := version(first); err != nil || v != before {
+		t.Fatalf("first backend: driver %q, %v; want %s", v, err, before)
+	}
+	_ = first.Close()
+	if err := LoadModule(state, after); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDriver(root, after); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := version(open()); !errors.Is(err, nvmlbackend.ErrLibraryBound) || !strings.Contains(err.Error(), "libnvidia-ml.so."+before) {
+		t.Errorf("a backend of the replaced root in the same process: driver %q, %v; want ErrLibraryBound naming the library the process calls", v, err)
+	}
+	lib := open().(interface{ Library() nvml.Interface }).Library()
+	if ret := lib.Init(); ret != nvml.ERROR_LIB_RM_VERSION_MISMATCH {
+		t.Errorf("NVML of the replaced root, initialised without the backend: %v; want the old library's answer under the new module, ERROR_LIB_RM_VERSION_MISMATCH", ret)
+	}
+	if got := nvmlbackend.BoundLibrary(Process(state)); filepath.Base(got) != "libnvidia-ml.so."+before {
+		t.Errorf("the process calls %q, want the first library it loaded", got)
+	}
+	Exec(state)
+	if v, err := version(open()); err != nil || v != after {
+		t.Errorf("after exec: driver %q, %v; want %s", v, err, after)
 	}
 }

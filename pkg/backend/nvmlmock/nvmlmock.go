@@ -183,13 +183,19 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	var lib string
 	if o.driverRoot != "" {
-		if err := s.useDriverRoot(o.driverRoot); err != nil {
+		if lib, err = s.useDriverRoot(o.driverRoot); err != nil {
 			return nil, err
 		}
 	}
 	if o.stateDir != "" {
 		s.UseStateDir(o.stateDir)
+	}
+	var backendOpts []nvmlbackend.Option
+	if lib != "" {
+		// As NewFromSystem tells the real backend where its library is from.
+		backendOpts = append(backendOpts, nvmlbackend.WithLibrary(s.process(o.driverRoot), lib))
 	}
 	if o.uvm != nil {
 		s.SetUVM(*o.uvm)
@@ -207,10 +213,10 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	}
 	var b *nvmlbackend.Backend
 	if o.host != nil {
-		b = nvmlbackend.New(s.Interface, s.SysFS, o.host.devRoot, nvmlbackend.WithStat(StatFile), nvmlbackend.WithProc(s.ProcFS()),
-			nvmlbackend.WithDriverRoot(o.host.driverRoot, o.host.hostDriverRoot))
+		b = nvmlbackend.New(s.Interface, s.SysFS, o.host.devRoot, append([]nvmlbackend.Option{nvmlbackend.WithStat(StatFile), nvmlbackend.WithProc(s.ProcFS()),
+			nvmlbackend.WithDriverRoot(o.host.driverRoot, o.host.hostDriverRoot)}, backendOpts...)...)
 	} else {
-		b = s.Backend()
+		b = s.Backend(backendOpts...)
 	}
 	if len(o.driverVersions) == 0 {
 		return b, nil
