@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/accel-dra/accel-dra/e2e/cluster"
 	"github.com/accel-dra/accel-dra/e2e/framework"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 )
@@ -29,31 +27,10 @@ import (
 func TestDriverUpgradeWithoutReboot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c := cluster.StartForTest(t, cluster.Options{})
-	client := c.Client()
-	if err := framework.EnsureDeviceClasses(ctx, client); err != nil {
-		t.Fatal(err)
-	}
-	node, err := c.AddNode(ctx, cluster.NodeOptions{Name: "gpu-node"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A driver installed on the host, which the plugin uses as it finds it.
-	root := filepath.Join(t.TempDir(), "driver-root")
 	const before, after = "570.172.08", "580.82.07"
-	if err := nvmlmock.WriteDriver(root, before); err != nil {
-		t.Fatal(err)
-	}
-	mockDir := filepath.Join(node.PluginDataDir(framework.GPUDriver), "mock")
-	plugin, err := framework.StartPlugin(ctx, c, node, framework.PluginOptions{
-		ExtraArgs: []string{"--mock-driver-root=use", "--nvidia-driver-root=" + root, "--driver-check-interval=1s"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitForSlices(ctx, client, gpuClass, node.Name, 8); err != nil {
-		t.Fatal(err)
-	}
+	d := startOnDriverRoot(ctx, t, before)
+	client, node, plugin, root, mockDir := d.client, d.node, d.plugin, d.root, d.mockDir
 	const ns = "default"
 	run := func(name string, tolerate bool) {
 		t.Helper()

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -60,6 +61,12 @@ func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	if err := nodeplugin.Run(ctx, o); err != nil {
+		if errors.Is(err, nodeplugin.ErrExecAgain) {
+			klog.FromContext(ctx).Info("Starting again in a new process", "reason", err.Error())
+			klog.Flush()
+			cancel()
+			err = fmt.Errorf("starting again in a new process: %w", nodeplugin.ExecAgain())
+		}
 		klog.FromContext(ctx).Error(err, "accel-dra-kubelet-plugin failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}

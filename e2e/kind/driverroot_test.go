@@ -356,14 +356,18 @@ func (e *env) testLateDriverRoot(ctx context.Context, t *testing.T) {
 
 	// The upgrade: the new driver container unloads the old module, loads its own (the mock's
 	// NVML refuses libraries of another version than the loaded module's, nvmlmock module.go),
-	// and its root replaces the old one's.
-	changes := strings.Count(e.pluginLog(ctx, t, plugin.Name), "The driver changed: CDI edits recomputed")
+	// and its root replaces the old one's. The plugin's process calls the old library for as
+	// long as it lives (nvml.ErrLibraryBound): it follows by starting again in a new process,
+	// in its container (exec), which computes the new driver's edits.
+	const execAgain = "starting the plugin again in a new process"
 	e.loadModule(ctx, versionB)
 	e.exec(ctx, "sh", "-c", "umount "+operatorRoot+" && mount --bind "+rootB+" "+operatorRoot)
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return strings.Count(e.pluginLog(ctx, t, plugin.Name), "The driver changed: CDI edits recomputed") > changes, nil
+		log := e.pluginLog(ctx, t, plugin.Name)
+		i := strings.Index(log, execAgain)
+		return i >= 0 && strings.Contains(log[i:], "Plugin running"), nil
 	}); err != nil {
-		t.Fatalf("the plugin did not notice the replaced driver root within 2 minutes:\n%s", lastLines(e.pluginLog(ctx, t, plugin.Name), 20))
+		t.Fatalf("the plugin did not start again in a new process for the replaced driver root within 2 minutes:\n%s", lastLines(e.pluginLog(ctx, t, plugin.Name), 20))
 	}
 	e.runPod(ctx, t, "driver-b", gpuClass, 1, driverRootScript)
 	e.checkDriverFiles(ctx, t, "driver-b", rootB, versionB)

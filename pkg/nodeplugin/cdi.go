@@ -21,6 +21,7 @@ import (
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
 	"github.com/accel-dra/accel-dra/pkg/backend/npumock"
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock/tools/machine"
 	"github.com/accel-dra/accel-dra/pkg/cdi"
@@ -51,6 +52,9 @@ type driverSource struct {
 	// first is the backend the plugin enumerated with, for the computation at start-up; nil
 	// afterwards.
 	first device.Backend
+	// process names this process for nvml.BoundLibrary: "", or the GPU mock's machine's
+	// (nvmlmock.Process), whose processes are not processes.
+	process string
 	// mockMachine is where the GPU mock keeps its description of the machine, which
 	// containers get as well (at /machine.Path), for the mock's nvidia-smi; "" without the
 	// mock. On a real node the tools ask the driver through /dev/nvidiactl, which the specs
@@ -70,6 +74,7 @@ func newDriverSource(ctx context.Context, o *Options, be device.Backend, kind de
 	case device.KindGPU:
 		s.nvidia = nvidiacdi.Config{DriverRoot: o.NVIDIADriverRoot, HostDriverRoot: o.NVIDIAHostDriverRoot, HookPath: o.NVIDIACDIHookPath}
 		if o.Backend == backend.Mock {
+			s.process = nvmlmock.Process(o.MockDir)
 			// The driver's description of the machine is the machine's, not the root's: one
 			// installed by someone else serves any mock node, and the plugin sees it read-only.
 			s.mockMachine = filepath.Join(o.MockDir, "nvidia-machine", filepath.Base(machine.Path))
@@ -240,6 +245,34 @@ func (s *driverSource) edits(ctx context.Context) (*specs.ContainerEdits, error)
 	}
 }
 
+// libraryReplaced returns the NVML library this process calls and the one the driver root has
+// now, and whether they differ: go-nvml binds NVML's functions to the first library a process
+// loads, for the life of the process (nvml.ErrLibraryBound), so NVML opened anew in this
+// process would answer with the old driver's code (its version, and a refusal by a reloaded
+// module of the new one); only a new process follows the driver then. False while the process
+// has not called NVML from the root, or the root has no library (an upgrade in progress).
+func (s *driverSource) libraryReplaced() (bound, found string, replaced bool) {
+	if s.kind != device.KindGPU || s.root == "" {
+		return "", "", false
+	}
+	if bound = nvmlbackend.BoundLibrary(s.process); bound == "" {
+		return "", "", false
+	}
+	found, err := nvmlbackend.FindLibrary(s.root)
+	if err != nil {
+		return bound, "", false
+	}
+	return bound, found, found != bound
+}
+
+// LibraryReplacedError says that the driver's NVML library is not the one this process calls
+// any more, and so that the plugin must start again in a new process to follow the driver.
+type LibraryReplacedError struct{ Bound, Found string }
+
+func (e *LibraryReplacedError) Error() string {
+	return fmt.Sprintf("the driver's NVML library is now %s, and this process calls %s, which go-nvml binds for the life of the process", e.Found, e.Bound)
+}
+
 // fingerprint sums up the state of the driver's files that edits mounts, and of the directories
 // holding them: a driver upgrade replaces the versioned files (another inode, size or mtime, or
 // gone) and adds the new version's files to those directories (another mtime). It costs one
@@ -312,6 +345,10 @@ type driverWatch struct {
 	written []device.Node
 	// changed, if set, is called for each change of the driver handed to the sink (a metric).
 	changed func()
+	// replaced, if set, is called, and the watch ends, when the driver's NVML library is
+	// another than the one this process calls (LibraryReplacedError): the plugin starts again
+	// in a new process, which loads it. Without it, the watch keeps trying.
+	replaced func(context.Context, *LibraryReplacedError)
 }
 
 func newDriverWatch(src *driverSource, sink EditsSink, current *specs.ContainerEdits, control func() ([]device.Node, error)) *driverWatch {
@@ -331,6 +368,10 @@ func (w *driverWatch) run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 			if _, err := w.check(ctx); err != nil {
+				if replaced := (*LibraryReplacedError)(nil); errors.As(err, &replaced) && w.replaced != nil {
+					w.replaced(ctx, replaced)
+					return
+				}
 				klog.FromContext(ctx).Error(err, "The driver changed, but its CDI edits could not be computed; keeping the previous ones and trying again")
 			}
 			if err := w.checkControl(ctx); err != nil {
@@ -347,6 +388,9 @@ func (w *driverWatch) run(ctx context.Context, interval time.Duration) {
 func (w *driverWatch) check(ctx context.Context) (bool, error) {
 	if w.src.root == "" || w.src.fingerprint(w.current) == w.print {
 		return false, nil
+	}
+	if bound, found, replaced := w.src.libraryReplaced(); replaced {
+		return false, &LibraryReplacedError{Bound: bound, Found: found}
 	}
 	edits, err := w.src.edits(ctx)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/accel-dra/accel-dra/pkg/backend"
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
 	"github.com/accel-dra/accel-dra/pkg/device"
 	"github.com/accel-dra/accel-dra/pkg/health"
 )
@@ -176,6 +177,12 @@ func awaitVersionsAgree(ctx context.Context, opts backend.Options, interval time
 			_ = be.Close()
 		}
 		if err == nil {
+			return true
+		}
+		if errors.Is(err, nvmlbackend.ErrLibraryBound) {
+			// The root's library was replaced again (another version, a rollback to the
+			// module's): this process would call the one it loaded first for ever.
+			logger.Info("The driver's NVML library was replaced: only a new process loads it", "err", err)
 			return true
 		}
 		if err.Error() != last {

@@ -7,12 +7,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/accel-dra/accel-dra/pkg/backend"
+	nvmlbackend "github.com/accel-dra/accel-dra/pkg/backend/nvml"
+	"github.com/accel-dra/accel-dra/pkg/backend/nvmlmock"
 	"github.com/accel-dra/accel-dra/pkg/device"
 )
 
@@ -102,5 +106,37 @@ func TestMismatchedPlugin(t *testing.T) {
 	}
 	if err := res["new"].Err; !errors.Is(err, reason) || !strings.Contains(err.Error(), "ns/new") {
 		t.Errorf("new claim: %v, want a refusal naming the claim and wrapping the reason", err)
+	}
+}
+
+// TestVersionsAgreeAfterLibraryReplaced: a plugin started mismatched (new libraries over the
+// old module) whose libraries are then rolled back to the loaded module's version cannot find
+// that out in its process, which calls the library it loaded first (nvml.ErrLibraryBound): it
+// ends its wait, to start afresh, rather than wait for ever.
+func TestVersionsAgreeAfterLibraryReplaced(t *testing.T) {
+	ctx := context.Background()
+	root, mockDir := t.TempDir(), t.TempDir()
+	if err := nvmlmock.WriteDriver(root, "580.82.07"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nvmlmock.LoadModule(mockDir, "570.172.08"); err != nil {
+		t.Fatal(err)
+	}
+	opts := backend.Options{Name: backend.Mock, NodeName: "node-a", MockDir: mockDir, NVIDIADriverRoot: root}
+	be, err := backend.New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := be.Enumerate(ctx); !errors.Is(err, nvmlbackend.ErrVersionMismatch) {
+		t.Fatalf("the premise: enumerating new libraries over the old module: %v, want ErrVersionMismatch", err)
+	}
+	_ = be.Close()
+	if err := nvmlmock.WriteDriver(root, "570.172.08"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if !awaitVersionsAgree(ctx, opts, 10*time.Millisecond) {
+		t.Errorf("the wait for the versions to agree did not end within 10s of the libraries' rollback")
 	}
 }

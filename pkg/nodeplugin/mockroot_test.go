@@ -87,9 +87,10 @@ func TestMockWaitsForItsDriverRoot(t *testing.T) {
 
 // TestMockDriverRootReplaced: with --mock-driver-root=use, the edits mount the driver root's
 // files and the machine's description from the mock's own directory, of the root's version;
-// the driver watch sees the root replaced by another version and hands on that version's files
-// and description, and once they are handed on, sees no change (the description it rewrote is
-// no change of the driver).
+// the driver watch sees the root replaced by another version's and, since this process can
+// only call the library it loaded first, asks for a new process; there the edits mount that
+// version's files and description, and the watch sees no change (the description it rewrote
+// is no change of the driver).
 func TestMockDriverRootReplaced(t *testing.T) {
 	ctx := context.Background()
 	const node = "node-a"
@@ -148,14 +149,31 @@ func TestMockDriverRootReplaced(t *testing.T) {
 	if err := nvmlmock.WriteDriver(root, "580.82.07"); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := w.check(ctx); !changed || err != nil || sink.edits == nil {
-		t.Fatalf("the driver was replaced: changed %v, %v", changed, err)
+	// This process calls the library it loaded first for as long as it lives (go-nvml binds
+	// it, nvml.ErrLibraryBound): NVML opened anew here would be the old driver's, which the new
+	// module refuses. The watch says so, for the plugin to start again in a new process.
+	var replaced *LibraryReplacedError
+	if changed, err := w.check(ctx); changed || !errors.As(err, &replaced) || filepath.Base(replaced.Bound) != "libnvidia-ml.so.570.172.08" || filepath.Base(replaced.Found) != "libnvidia-ml.so.580.82.07" || sink.edits != nil {
+		t.Fatalf("the driver was replaced: changed %v, %v, edits handed on %v; want a LibraryReplacedError from the 570.172.08 library to the 580.82.07 one, and no edits", changed, err, sink.edits != nil)
 	}
-	check(sink.edits, "580.82.07", "570.172.08")
-	handed := sink.edits
+	// The new process: its backend and its edits are the new driver's, and its watch sees no
+	// change.
+	nvmlmock.Exec(o.MockDir)
+	be2, err := backend.New(ctx, backend.Options{Name: o.Backend, NodeName: node, MockDir: o.MockDir, NVIDIADriverRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = be2.Close() }()
+	_, src2 := enumerateSource(ctx, t, o, be2)
+	edits2, err := src2.edits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(edits2, "580.82.07", "570.172.08")
+	w2 := newDriverWatch(src2, sink, edits2, nil)
 	for range 2 {
-		if changed, err := w.check(ctx); changed || err != nil || sink.edits != handed {
-			t.Errorf("after the new driver's edits were handed on: changed %v, %v; want no change", changed, err)
+		if changed, err := w2.check(ctx); changed || err != nil || sink.edits != nil {
+			t.Errorf("the new process's watch: changed %v, %v; want no change", changed, err)
 		}
 	}
 	if i := slices.IndexFunc(inv.Devices, func(d device.Device) bool { return d.DriverVersion != "570.172.08" }); i >= 0 {

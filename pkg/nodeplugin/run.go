@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,19 @@ import (
 // ApplyLogging validates and applies the logging flags; call it once after flag parsing.
 func (o *Options) ApplyLogging() error {
 	return logsapi.ValidateAndApply(o.Logging, nil)
+}
+
+// ErrExecAgain is returned (wrapped) by Run when the plugin must start again in a new process
+// (ExecAgain): the driver's NVML library was replaced, and a process calls the library it
+// loaded first for as long as it lives (LibraryReplacedError).
+var ErrExecAgain = errors.New("the plugin must start again in a new process")
+
+// ExecAgain replaces this process with a new one of the same executable, arguments and
+// environment (execve of /proc/self/exe, which names the executable even if its file was
+// replaced): the container and its pod stay, no restart is counted or backed off, and the new
+// process loads the driver's libraries afresh. It returns only on failure.
+func ExecAgain() error {
+	return syscall.Exec("/proc/self/exe", os.Args, os.Environ())
 }
 
 // Run runs the plugin until ctx is done.
@@ -373,12 +387,17 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		return nil
 	})
+	libraryReplaced := make(chan *LibraryReplacedError, 1)
 	if src != nil && o.DriverCheckInterval > 0 && (src.root != "" || inv.ResolveControlNodes != nil) {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
 			w := newDriverWatch(src, drv, common, inv.ResolveControlNodes)
 			w.changed = m.CountDriverChange
+			w.replaced = func(ctx context.Context, e *LibraryReplacedError) {
+				klog.FromContext(ctx).Info("The driver's NVML library was replaced: starting the plugin again in a new process, which loads it (the CDI edits, the health watch and the published devices follow it there)", "library", e.Found, "processLibrary", e.Bound)
+				libraryReplaced <- e
+			}
 			w.run(ctx, o.DriverCheckInterval)
 		}()
 		// Before the checkpoint and the driver close: a rewrite in progress finishes first.
@@ -401,6 +420,9 @@ func Run(ctx context.Context, o *Options) error {
 		// The background work ends with the context, before the deferred waits for it.
 		cancelRun()
 		return nil
+	case e := <-libraryReplaced:
+		cancelRun()
+		return fmt.Errorf("%w: %w", ErrExecAgain, e)
 	case <-ctx.Done():
 	case <-gates.refused:
 		return refuse(gates.refusalNow(), true)
