@@ -59,6 +59,7 @@ func TestKind(t *testing.T) {
 	// Each installs the release afresh with a driver root of its own and uninstalls it.
 	t.Run("ForeignLibc", func(t *testing.T) { e.testForeignLibc(ctx, t) })
 	t.Run("LateDriverRoot", func(t *testing.T) { e.testLateDriverRoot(ctx, t) })
+	t.Run("DriverMismatch", func(t *testing.T) { e.testDriverMismatch(ctx, t) })
 	t.Run("DeviceLayouts", func(t *testing.T) { e.testDeviceLayouts(ctx, t) })
 }
 
