@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/accel-dra/accel-dra/pkg/nodelabels"
 	"github.com/accel-dra/accel-dra/pkg/nodeplugin"
 	"github.com/accel-dra/accel-dra/pkg/publisher"
 	"github.com/accel-dra/accel-dra/pkg/publisher/nodegroup"
@@ -418,7 +419,9 @@ func TestRBACIsMinimal(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		// patch: the GPU plugin's fabric clique label of its own Node (ValidatingAdmissionPolicy
+		// <fullname>-node-label holds it to that one label).
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 	}
 	if diff := cmp.Diff(want, cr.Rules); diff != "" {
 		t.Errorf("plugin ClusterRole rules (-want +got):\n%s", diff)
@@ -778,14 +781,7 @@ func TestPublisherWriteScopePolicy(t *testing.T) {
 			if r.Find("ValidatingAdmissionPolicyBinding", policy.Name) == nil {
 				t.Errorf("policy %s has no binding", policy.Name)
 			}
-			var keys []string
-			for _, v := range policy.Spec.Variables {
-				if v.Name == "keys" {
-					if err := json.Unmarshal([]byte(v.Expression), &keys); err != nil {
-						t.Fatalf("keys %q: %v", v.Expression, err)
-					}
-				}
-			}
+			keys := policyKeys(t, policy)
 			if diff := cmp.Diff(slices.Sorted(slices.Values(nodegroup.ManagedKeys)), slices.Sorted(slices.Values(keys))); diff != "" {
 				t.Errorf("policy keys differ from nodegroup.ManagedKeys (-want +got):\n%s", diff)
 			}
@@ -867,4 +863,42 @@ func TestMIGProfilesValue(t *testing.T) {
 			t.Errorf("migProfiles %q rendered, want a schema error", bad)
 		}
 	}
+}
+
+// TestNodeLabelPolicy: the policy that holds the plugins' nodes patch to one label names the
+// keys the plugin writes, and binds every plugin's ServiceAccount.
+func TestNodeLabelPolicy(t *testing.T) {
+	r := renderSet(t, valueSets["default"])
+	u := r.Find("ValidatingAdmissionPolicy", DefaultReleaseName+"-node-label")
+	if u == nil {
+		t.Fatal("no node-label policy")
+	}
+	policy := toTyped[admissionv1.ValidatingAdmissionPolicy](t, u)
+	if r.Find("ValidatingAdmissionPolicyBinding", policy.Name) == nil {
+		t.Errorf("policy %s has no binding", policy.Name)
+	}
+	keys := policyKeys(t, policy)
+	if diff := cmp.Diff([]string{nodelabels.CliqueLabel, nodelabels.NVIDIACliqueLabel}, keys); diff != "" {
+		t.Errorf("policy keys differ from pkg/nodelabels' (-want +got):\n%s", diff)
+	}
+	for _, ds := range r.OfKind("DaemonSet") {
+		sa, _, _ := unstructured.NestedString(ds.Object, "spec", "template", "spec", "serviceAccountName")
+		if user := "system:serviceaccount:" + ds.GetNamespace() + ":" + sa; !strings.Contains(policy.Spec.MatchConditions[0].Expression, strconv.Quote(user)) {
+			t.Errorf("policy does not match %s: %s", user, policy.Spec.MatchConditions[0].Expression)
+		}
+	}
+}
+
+// policyKeys are the label or annotation keys a policy's variable "keys" (a JSON list) names.
+func policyKeys(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy) []string {
+	t.Helper()
+	var keys []string
+	for _, v := range policy.Spec.Variables {
+		if v.Name == "keys" {
+			if err := json.Unmarshal([]byte(v.Expression), &keys); err != nil {
+				t.Fatalf("keys %q: %v", v.Expression, err)
+			}
+		}
+	}
+	return keys
 }

@@ -200,6 +200,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer stopEvents()
 	if inv.Kind == device.KindGPU {
 		checkRuntimeExposure(ctx, o.hostRoot(), events)
+		labelFabricClique(ctx, kube, o, inv, events)
 	}
 	start.waitFor(ctx, "the container runtime to show whether it applies CDI devices (the CDI canary: a container created and removed through --runtime-endpoint)")
 	canaryAnswered, withhold := checkRuntimeCanary(ctx, o, events)
