@@ -497,9 +497,14 @@ func TestPublisherArgsParse(t *testing.T) {
 			if !slices.Equal(o.Drivers, drivers) {
 				t.Errorf("--drivers %v, want the enabled drivers %v", o.Drivers, drivers)
 			}
+			// The preference between drivers for a group with both (nodegroup.DRA): the GPU
+			// driver, or the NPU driver where it is the only one; empty (no legacy keys) only
+			// without either.
 			wantGPU := ""
 			if _, ok := vs.drivers["gpu.accel-dra.io"]; ok {
 				wantGPU = "gpu.accel-dra.io"
+			} else if _, ok := vs.drivers["npu.accel-dra.io"]; ok {
+				wantGPU = "npu.accel-dra.io"
 			}
 			if o.GPUDriver != wantGPU {
 				t.Errorf("--autoscaler-gpu-driver %q, want %q", o.GPUDriver, wantGPU)

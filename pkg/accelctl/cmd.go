@@ -263,7 +263,7 @@ group has nodes. A group whose template came from its own nodes is refused unles
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "Print the annotations instead of writing them.")
 	cmd.Flags().BoolVar(&force, "force", false, "Replace a template that came from the group's own nodes.")
 	cmd.Flags().IntVar(&opts.Budget, "template-budget-bytes", opts.Budget, "Size limit of the template annotations.")
-	cmd.Flags().StringVar(&opts.GPUDriver, "autoscaler-gpu-driver", opts.GPUDriver, "Driver written as dra-driver (with gpu-count); empty: neither.")
+	cmd.Flags().StringVar(&opts.GPUDriver, "autoscaler-gpu-driver", opts.GPUDriver, "dra-driver (with gpu-count) names the driver of the seed's whole devices; this one when the seed has whole devices of several drivers. Empty: neither key.")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }

@@ -15,7 +15,9 @@ import (
 type SeedOptions struct {
 	// Budget of the template annotations; 0 means template.DefaultBudget.
 	Budget int
-	// GPUDriver is the driver named in dra-driver (with gpu-count); empty writes neither.
+	// GPUDriver is the driver dra-driver (with gpu-count) names when the seed has whole
+	// devices of more than one driver; otherwise it names the one that has them
+	// (nodegroup.DRA). Empty writes neither.
 	GPUDriver string
 }
 

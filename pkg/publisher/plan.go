@@ -99,7 +99,9 @@ type Input struct {
 type Config struct {
 	// Budget is the size limit of the template annotations (template.Template.Encode).
 	Budget int
-	// GPUDriver is the driver whose devices dra-driver and gpu-count describe; empty: none.
+	// GPUDriver is the driver dra-driver and gpu-count describe in a group whose template has
+	// whole devices of more than one driver; any other group's name the driver of its whole
+	// devices (nodegroup.DRA). Empty: no such keys.
 	GPUDriver string
 	// StalePolicy says what happens to a stale template (stale.go); empty is StaleWithdraw.
 	StalePolicy string

@@ -191,8 +191,8 @@ func commonTaints(nodes []*corev1.Node) string {
 	return strings.Join(parts, ",")
 }
 
-// DRA returns the dra-driver, gpu-count and dra-pool keys for a template: gpuDriver and the
-// number of its whole accelerators (WholeDevices) over all its pools, if it has any. Released
+// DRA returns the dra-driver, gpu-count and dra-pool keys for a template: the driver of its
+// whole accelerators (WholeDevices) and their number over all its pools, if it has any. Released
 // autoscalers invent that many devices with only the attribute type=gpu for the template node
 // (see BuiltinSlices), which any class of the driver matches, so the count must be what a claim
 // for whole devices can really get on a new node: counting partitions (208 "GPUs" on an 8×H100
@@ -202,28 +202,73 @@ func commonTaints(nodes []*corev1.Node) string {
 // exactly one pool of the driver has whole devices, so that it names the pool gpu-count counts: the
 // driver name followed by the pool's suffix (a valid pool name, unique per driver and pool on
 // the node and the same on every node of the shape; the autoscaler suffixes pool names per
-// simulated node anyway). An empty gpuDriver or a template without its devices gives no keys.
-func DRA(t *template.Template, gpuDriver string) map[string]string {
+// simulated node anyway).
+//
+// The driver is chosen per template (LegacyDriver), so that an NPU group names the NPU driver
+// and a GPU group the GPU driver with one publisher. preferred ("--autoscaler-gpu-driver") only
+// decides for a template with whole devices of more than one driver, which the keys cannot
+// express; an empty preferred, or a template without whole devices, gives no keys.
+func DRA(t *template.Template, preferred string) map[string]string {
 	out := map[string]string{}
-	if t == nil || gpuDriver == "" {
+	if t == nil || preferred == "" {
 		return out
 	}
-	n, pools, suffix := 0, 0, ""
-	for _, d := range t.Drivers {
-		if w := WholeDevices(d); d.Name == gpuDriver && w > 0 {
-			n += w
-			pools++
-			suffix = d.PoolSuffix
-		}
+	w, ok := LegacyDriver(t, preferred)
+	if !ok {
+		return out
 	}
-	if n > 0 {
-		out[DRADriverKey] = gpuDriver
-		out[GPUCountKey] = strconv.Itoa(n)
-		if pools == 1 {
-			out[DRAPoolKey] = gpuDriver + suffix
-		}
+	out[DRADriverKey] = w.Driver
+	out[GPUCountKey] = strconv.Itoa(w.Count)
+	if w.Pools == 1 {
+		out[DRAPoolKey] = w.Driver + w.PoolSuffix
 	}
 	return out
+}
+
+// DriverWholeDevices are one driver's whole devices in a template.
+type DriverWholeDevices struct {
+	Driver string
+	// Count is the number of whole devices over all the driver's pools.
+	Count int
+	// Pools is the number of the driver's pools with whole devices, PoolSuffix the suffix of
+	// the last of them (the only one when Pools is 1).
+	Pools      int
+	PoolSuffix string
+}
+
+// LegacyDriver returns the driver that dra-driver and gpu-count describe for a template: the
+// only driver with whole devices; with several (a node with GPUs and NPUs), preferred if it is
+// one of them, else the one with the most whole devices and, at equal counts, the first by
+// name. The legacy keys name one driver, so a stock autoscaler simulates only that one: the
+// preference lets an operator pick the accelerator their autoscaled workloads ask for, and the
+// rest of the order makes the choice depend on the template alone (the same on every
+// reconcile and every replica), never on the order of slices. False when no driver has whole
+// devices.
+func LegacyDriver(t *template.Template, preferred string) (DriverWholeDevices, bool) {
+	var all []DriverWholeDevices
+	for _, d := range t.Drivers {
+		n := WholeDevices(d)
+		if n == 0 {
+			continue
+		}
+		i := slices.IndexFunc(all, func(w DriverWholeDevices) bool { return w.Driver == d.Name })
+		if i < 0 {
+			all = append(all, DriverWholeDevices{Driver: d.Name})
+			i = len(all) - 1
+		}
+		all[i].Count += n
+		all[i].Pools++
+		all[i].PoolSuffix = d.PoolSuffix
+	}
+	if len(all) == 0 {
+		return DriverWholeDevices{}, false
+	}
+	if i := slices.IndexFunc(all, func(w DriverWholeDevices) bool { return w.Driver == preferred }); i >= 0 {
+		return all[i], true
+	}
+	return slices.MinFunc(all, func(a, b DriverWholeDevices) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Driver, b.Driver))
+	}), true
 }
 
 // WholeDeviceTypes are the values of a device's type attribute that name a whole accelerator.

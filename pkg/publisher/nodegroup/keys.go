@@ -59,7 +59,9 @@ const (
 	MachineTemplateAnnotation = template.AnnotationPrefix + "machine-template"
 )
 
-// DefaultGPUDriver is the driver dra-driver and gpu-count describe by default.
+// DefaultGPUDriver is the driver dra-driver and gpu-count describe, by default, for a group
+// with whole devices of more than one driver (DRA); any other group's keys name the driver of
+// its whole devices.
 const DefaultGPUDriver = "gpu.accel-dra.io"
 
 // Values of SourceAnnotation.

@@ -189,12 +189,6 @@ func TestDRAAndBuiltinSlices(t *testing.T) {
 	if got := DRA(onlyMIG, "gpu.accel-dra.io"); len(got) != 0 {
 		t.Errorf("DRA of a node with partitions only = %v, want none", got)
 	}
-	if got := DRA(tmpl, "other.example.com"); len(got) != 0 {
-		t.Errorf("DRA for a driver without devices = %v, want none", got)
-	}
-	if got := DRA(tmpl, ""); len(got) != 0 {
-		t.Errorf("DRA without a GPU driver = %v, want none", got)
-	}
 
 	slices, err := BuiltinSlices(ann, "tn")
 	if err != nil {

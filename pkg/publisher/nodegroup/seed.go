@@ -15,8 +15,9 @@ import (
 
 // SeedAnnotations turns a seed into the annotations the publisher writes for a group of such
 // nodes that has none: the template (from the seed's slices or template document, encoded
-// within budget; 0 is template.DefaultBudget), the capacity keys, dra-driver and gpu-count of
-// gpuDriver (empty: neither), and template.accel-dra.io/source=seed. `accelctl template seed`
+// within budget; 0 is template.DefaultBudget), the capacity keys, dra-driver and gpu-count (the
+// driver of the seed's whole devices, gpuDriver preferred between two; DRA; empty gpuDriver:
+// neither), and template.accel-dra.io/source=seed. `accelctl template seed`
 // and the publisher's seed mode both write these, so that a seed is the same whoever applies it.
 func SeedAnnotations(seed *seedv1alpha1.NodeGroupSeed, budget int, gpuDriver string) (map[string]string, error) {
 	var tmpl *template.Template

@@ -18,7 +18,9 @@ import (
 
 // TestDRAOfMockNodes: gpu-count of the template of a node as the plugin publishes it counts what
 // a claim for whole devices can get there, not the partitions (issue: 208 on an 8×H100
-// dynamic-MIG node made stock autoscalers scale up for 9-GPU claims).
+// dynamic-MIG node made stock autoscalers scale up for 9-GPU claims), and names the driver of
+// the node's devices with the publisher's default preference (the GPU driver): an NPU node's
+// template names the NPU driver.
 func TestDRAOfMockNodes(t *testing.T) {
 	const gpu, npu = "gpu.accel-dra.io", "npu.accel-dra.io"
 	for name, tc := range map[string]struct {
@@ -37,7 +39,7 @@ func TestDRAOfMockNodes(t *testing.T) {
 		// gpu-0's four instances and two whole GPUs (gpu-1 and gpu-2 are in MIG mode, empty).
 		"static MIG beside whole GPUs": {driver: gpu, profile: "mig-mixed", devices: 6,
 			want: map[string]string{DRADriverKey: gpu, GPUCountKey: "2", DRAPoolKey: gpu}},
-		"Ascend 910B as the autoscaler's driver": {driver: npu, profile: "ascend910b-8x", devices: 8,
+		"Ascend 910B": {driver: npu, profile: "ascend910b-8x", devices: 8,
 			want: map[string]string{DRADriverKey: npu, GPUCountKey: "8", DRAPoolKey: npu}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -45,7 +47,7 @@ func TestDRAOfMockNodes(t *testing.T) {
 			if n != tc.devices {
 				t.Fatalf("%s publishes %d devices, want %d", tc.profile, n, tc.devices)
 			}
-			if diff := cmp.Diff(tc.want, DRA(tmpl, tc.driver)); diff != "" {
+			if diff := cmp.Diff(tc.want, DRA(tmpl, DefaultGPUDriver)); diff != "" {
 				t.Errorf("DRA (-want +got):\n%s", diff)
 			}
 		})
