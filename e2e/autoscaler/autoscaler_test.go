@@ -8,8 +8,10 @@ package autoscaler
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +52,7 @@ var builds = []string{"pinned", "slicefix", "accel-dra"}
 type source struct {
 	name    string // the group suffix and the key of scales
 	profile string // the plugin's mock profile
+	backend string // the plugin's backend: mock (default) or npu-mock
 	// dynamicMIG runs the plugin with --dynamic-mig: every MIG-mode GPU is published as itself
 	// and one device per MIG profile and placement, sharing its counters.
 	dynamicMIG bool
@@ -75,8 +78,19 @@ var (
 	// Static MIG: gpu-0's 4 MIG devices (gpu-1 and gpu-2 are in MIG mode without any, so not
 	// published) and the whole gpu-3 and gpu-4.
 	staticMIG = source{name: "static-mig", profile: "mig-mixed", devices: 6, gpuCount: "2", arch: "amd64"}
-	sources   = []source{h100, gh200, h100MIG, staticMIG}
+	// 8 Ascend 910Bs: the publisher's dra-driver names the NPU driver for this group (the
+	// driver of its whole devices) with its default GPU preference.
+	npu     = source{name: "npu", profile: "ascend910b-8x", backend: "npu-mock", devices: 8, gpuCount: "8", arch: "amd64"}
+	sources = []source{h100, gh200, h100MIG, staticMIG, npu}
 )
+
+// driver is the DRA driver of the source's plugin.
+func (s source) driver() string {
+	if s.backend == "npu-mock" {
+		return framework.NPUDriver
+	}
+	return framework.GPUDriver
+}
 
 // claimCase is one pod's claim, the groups at zero it may land on (all carry the case's label),
 // and per build the group the autoscaler should scale from zero for it ("" for none).
@@ -97,6 +111,8 @@ type claimCase struct {
 	// claim, when set, is the pod's claim as it is (a docs/examples manifest's), instead of
 	// the one class, count, selectors and sameNUMA make.
 	claim *resourceapi.DeviceClaim
+	// annotations are added to the case's groups' annotations, over the template's.
+	annotations map[string]string
 }
 
 func (cc claimCase) sources() []source {
@@ -116,7 +132,11 @@ var cases = []claimCase{
 	{name: "numa-x4", class: framework.GPUDriver, count: 4, sameNUMA: true, scales: map[string]string{"accel-dra": "h100"}},
 	{name: "any-x9", class: framework.GPUDriver, count: 9},
 	{name: "product-a100", class: framework.GPUDriver, count: 1, selectors: []string{`device.attributes["gpu.accel-dra.io"].productName.startsWith("NVIDIA A100")`}},
-	{name: "npu", class: framework.NPUDriver, count: 1},
+	// An NPU group beside an H100 group: slicefix's invented devices are the NPU driver's on
+	// the NPU group only (dra-driver per group), which the NPU class (device.driver) matches.
+	// With one global dra-driver (the GPU driver) the NPU group had no dra-driver and stayed
+	// at 0 on every build but accel-dra.
+	{name: "npu", class: framework.NPUDriver, count: 1, groups: []source{h100, npu}, scales: map[string]string{"slicefix": "npu", "accel-dra": "npu"}},
 	// An amd64 H100 group and an arm64 GH200 group, both at zero, both with a GPU for the claim:
 	// only the pod's architecture tells them apart (the provider reads kubernetes.io/arch from
 	// the labels annotation, and defaults to amd64 without it).
@@ -339,14 +359,14 @@ func startSource(ctx context.Context, c *cluster.Cluster, cl client.Client, src 
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := framework.PluginOptions{Backend: "mock", Profile: src.profile}
+	opts := framework.PluginOptions{Backend: cmp.Or(src.backend, "mock"), Profile: src.profile}
 	if src.dynamicMIG {
 		opts.ExtraArgs = []string{"--dynamic-mig"}
 	}
 	if _, err := framework.StartPlugin(ctx, c, n, opts); err != nil {
 		return nil, nil, err
 	}
-	slices, err := framework.WaitForSlices(ctx, c.Client(), framework.GPUDriver, n.Name, src.devices)
+	slices, err := framework.WaitForSlices(ctx, c.Client(), src.driver(), n.Name, src.devices)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -409,9 +429,8 @@ func runBuild(ctx context.Context, t *testing.T, c *cluster.Cluster, cl client.C
 		name := build + "-" + cc.name
 		for _, src := range cc.sources() {
 			ann := map[string]string{minSize: "0", maxSize: "1"}
-			for k, v := range templates[src.name] {
-				ann[k] = v
-			}
+			maps.Copy(ann, templates[src.name])
+			maps.Copy(ann, cc.annotations)
 			label := caseLabel + "=" + name
 			if l := ann[nodegroup.LabelsKey]; l != "" {
 				label = l + "," + label

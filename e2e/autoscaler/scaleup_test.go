@@ -3,6 +3,7 @@
 package autoscaler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -78,7 +79,12 @@ func runScaleUps(t *testing.T, newGroup newGroupFunc, cs []claimCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	classes, err := framework.ChartDeviceClassesWith(map[string]any{"extendedResourceName": string(extendedResource)})
+	// The GPU class's extended resource is the cases' (one per test), example.com/gpu by default.
+	er := extendedResource
+	for _, cc := range cs {
+		er = cmp.Or(cc.extendedResource, er)
+	}
+	classes, err := framework.ChartDeviceClassesWith(map[string]any{"extendedResourceName": string(er)})
 	if err != nil {
 		t.Fatal(err)
 	}
