@@ -13,8 +13,16 @@ import (
 //
 //   - Ascend 910 (Atlas 800 training server, model 9000/9010): the eight NPUs form two HCCS
 //     rings of four, physical IDs 0-3 and 4-7, and a job of up to four NPUs must keep to one
-//     ring (the affinity rules of Huawei's MindX DL scheduler for the Atlas 800 training
-//     server, as issue #30 restates them). Ring = physical ID / 4.
+//     ring. Huawei's MindCluster scheduling guide, "Affinity Scheduling Description" and
+//     "Resource Allocation Constraints of Atlas Training Products"
+//     (hiascend.com/document/detail/en/mindcluster/730/clustersched/schedulingug/
+//     dl_affinity_0002.html and dl_affinity_0013.html): "Four Ascend AI processors are
+//     interconnected through HCCS, and Ascend AI processors in HCCS rings are interconnected
+//     through PCIe"; "If the number of Ascend AI Processors allocated to a training job is less
+//     than or equal to 4, the required Ascend AI Processors need to be scheduled to the same
+//     HCCS". Which four: physical IDs 0-3 and 4-7, as that guide's tables and Huawei Cloud
+//     CCE's "Ascend HCCS-Interconnected NPU Affinity" (eight chips in two groups of four) have
+//     them. Ring = physical ID / 4.
 //   - Ascend 910B (Atlas 800T A2 and its 8-NPU modules): the eight NPUs of a module are one
 //     HCCS full mesh. Mesh = physical ID / 8.
 //
