@@ -61,6 +61,7 @@ func TestKind(t *testing.T) {
 	t.Run("LateDriverRoot", func(t *testing.T) { e.testLateDriverRoot(ctx, t) })
 	t.Run("DriverMismatch", func(t *testing.T) { e.testDriverMismatch(ctx, t) })
 	t.Run("DeviceLayouts", func(t *testing.T) { e.testDeviceLayouts(ctx, t) })
+	t.Run("NVLinkPair", func(t *testing.T) { e.testNVLinkPair(ctx, t) })
 }
 
 // gpuScript prints, in sections, what a CUDA program would look for.
@@ -102,6 +103,12 @@ func (e *env) testGPUPod(ctx context.Context, t *testing.T) {
 func (e *env) checkGPUPod(ctx context.Context, t *testing.T, name string, count int64, also func(devs []allocatedDevice)) {
 	t.Helper()
 	e.runPod(ctx, t, name, gpuClass, count, gpuScript)
+	e.verifyGPUPod(ctx, t, name, count, also)
+}
+
+// verifyGPUPod is checkGPUPod's check of a pod that runs gpuScript.
+func (e *env) verifyGPUPod(ctx context.Context, t *testing.T, name string, count int64, also func(devs []allocatedDevice)) {
+	t.Helper()
 	out := e.podOutput(ctx, ns, name, 3*time.Minute)
 	t.Logf("container output:\n%s", out)
 	sec := sections(out)
@@ -185,13 +192,19 @@ func sorted(s []string) []string {
 // of class made from a template of its own.
 func (e *env) runPod(ctx context.Context, t *testing.T, name, class string, count int64, script string) {
 	t.Helper()
+	e.runClaimPod(ctx, t, name, resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count,
+		}}},
+	}, script)
+}
+
+// runClaimPod is runPod with the claim's devices as given.
+func (e *env) runClaimPod(ctx context.Context, t *testing.T, name string, devices resourceapi.DeviceClaim, script string) {
+	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count,
-			}}},
-		}}},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: devices}},
 	}
 	if _, err := e.client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
