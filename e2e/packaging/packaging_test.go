@@ -168,6 +168,7 @@ func TestPackaging(t *testing.T) {
 	t.Run("WorkloadPodsAdmitted", func(t *testing.T) { e.testWorkloadPods(ctx, t, r) })
 	t.Run("NodeScopedSlices", func(t *testing.T) { e.testNodeScopedSlices(ctx, t, r) })
 	t.Run("NodeScopedMPSDaemonPods", func(t *testing.T) { e.testNodeScopedMPSDaemons(ctx, t, r) })
+	t.Run("NodeScopedLabel", func(t *testing.T) { e.testNodeScopedLabel(ctx, t, r) })
 	t.Run("PluginRBACIsLeast", func(t *testing.T) { e.testPluginRBAC(ctx, t, r) })
 	var node string
 	if !t.Run("PluginRunsWithChartArgsAndIdentity", func(t *testing.T) { node = e.testPluginRuns(ctx, t, r, vals) }) {
@@ -669,6 +670,9 @@ func (e *env) testPluginRBAC(ctx context.Context, t *testing.T, r *helm.Rendered
 		{"resource.k8s.io", "resourceslices", "delete", ""},
 		{"resource.k8s.io", "resourceclaims", "get", "team-a"},
 		{"", "nodes", "get", ""},
+		// Its Node's fabric clique label (pkg/nodelabels); the node-label policy confines it
+		// (testNodeScopedLabel).
+		{"", "nodes", "patch", ""},
 		// Node events, through events.k8s.io, in rbac.nodeEventsNamespace (docs/observability.md).
 		{"events.k8s.io", "events", "create", "default"},
 		{"events.k8s.io", "events", "patch", "default"},
@@ -682,7 +686,7 @@ func (e *env) testPluginRBAC(ctx context.Context, t *testing.T, r *helm.Rendered
 		{"resource.k8s.io", "devicetaintrules", "create", ""},
 		{"", "nodes", "list", ""},
 		{"", "nodes", "update", ""},
-		{"", "nodes", "patch", ""},
+		{"", "nodes", "create", ""},
 		{"", "events", "create", "default"},
 		{"events.k8s.io", "events", "create", "team-a"},
 		{"", "pods", "list", ""},
