@@ -20,6 +20,8 @@ import (
 //	ecc [<action>]      a double-bit ECC error (GPU)
 //	lost          the device stops answering (GPU_IS_LOST; an NPU whose node is gone)
 //	fault <code>  an NPU fault with the Ascend error code, e.g. 0x80E01801
+//	fabric <condition>  the GPU's NVLink fabric reports a FabricConditions entry in its health
+//	              mask while the line stays (GPUs whose fabric has a health mask: GB200)
 //
 // <action> is the GPU recovery action the driver reports while the line stays (RecoveryActions:
 // none, reset, reboot, drain-p2p, drain-and-reset); without it, the GPU mock reports what NVIDIA's
@@ -61,12 +63,35 @@ var RecoveryActions = []string{"none", "reset", "reboot", "drain-p2p", "drain-an
 
 // Fault kinds of a fault file.
 const (
-	FaultXID   = "xid"
-	FaultECC   = "ecc"
-	FaultLost  = "lost"
-	FaultNPU   = "fault"
-	maxFaultSz = 64 << 10
+	FaultXID    = "xid"
+	FaultECC    = "ecc"
+	FaultLost   = "lost"
+	FaultNPU    = "fault"
+	FaultFabric = "fabric"
+	maxFaultSz  = 64 << 10
 )
+
+// The conditions of an NVLink fabric's health mask that make a GPU unhealthy (CauseFabric), by
+// the fields of NVML's NVML_GPU_FABRIC_HEALTH_MASK_* (docs.nvidia.com/deploy/nvml-api, "Fabric
+// definitions"). They are the values of the fabric cause's taint and the conditions a fault file
+// may inject.
+const (
+	// FabricDegradedBW: DEGRADED_BW_TRUE, "bandwidth degraded".
+	FabricDegradedBW = "degraded-bw"
+	// FabricRouteRecovery: ROUTE_RECOVERY_TRUE, a route recovery in progress.
+	FabricRouteRecovery = "route-recovery"
+	// FabricRouteUnhealthy: ROUTE_UNHEALTHY_TRUE, a route is unhealthy.
+	FabricRouteUnhealthy = "route-unhealthy"
+	// FabricAccessTimeoutRecovery: ACCESS_TIMEOUT_RECOVERY_TRUE, an access-timeout recovery in
+	// progress.
+	FabricAccessTimeoutRecovery = "access-timeout-recovery"
+	// FabricIncorrectConfig: INCORRECT_CONFIGURATION other than NONE (a wrong SysGUID or chassis
+	// serial number, no partition, too few NVLinks); the fault file injects INSUFFICIENT_NVLINKS.
+	FabricIncorrectConfig = "incorrect-config"
+)
+
+// FabricConditions are the fabric conditions, in the order of their fields in the mask.
+var FabricConditions = []string{FabricDegradedBW, FabricRouteRecovery, FabricRouteUnhealthy, FabricAccessTimeoutRecovery, FabricIncorrectConfig}
 
 // ParseFaults parses the content of one device's fault file.
 func ParseFaults(data []byte) ([]InjectedFault, error) {
@@ -102,9 +127,14 @@ func ParseFaults(data []byte) ([]InjectedFault, error) {
 				return nil, fmt.Errorf("line %d: %q: error code must be a hexadecimal number: %w", n, line, err)
 			}
 			f.Code = fields[1]
+		case f.Kind == FaultFabric && len(fields) == 2:
+			if !slices.Contains(FabricConditions, fields[1]) {
+				return nil, fmt.Errorf("line %d: %q: fabric condition %q is not one of %s", n, line, fields[1], strings.Join(FabricConditions, ", "))
+			}
+			f.Code = fields[1]
 		case (f.Kind == FaultECC || f.Kind == FaultLost) && len(fields) == 1:
 		default:
-			return nil, fmt.Errorf("line %d: %q: want \"xid <N> [<action>]\", \"ecc [<action>]\", \"lost\" or \"fault <code>\"", n, line)
+			return nil, fmt.Errorf("line %d: %q: want \"xid <N> [<action>]\", \"ecc [<action>]\", \"lost\", \"fault <code>\" or \"fabric <condition>\"", n, line)
 		}
 		out = append(out, f)
 	}

@@ -51,13 +51,18 @@ const (
 	// without a reboot, which NVML refuses while the old kernel module is loaded. Every device
 	// of the node has it, until the versions agree again.
 	CauseDriver Cause = "driver"
+	// CauseFabric is an NVLink fabric the GPU cannot use at full strength: the fabric's health
+	// mask (nvmlGpuFabricInfo_v3_t.healthMask, GB200 NVL72 and later multi-node NVLink) reports
+	// degraded bandwidth, an unhealthy route, a route or access-timeout recovery in progress, or
+	// an incorrect configuration. It lasts while the mask says so.
+	CauseFabric Cause = "fabric"
 	// CauseUnknown is not a fault: it names the taint a device in state Unknown gets when
 	// Effects configures one (none by default).
 	CauseUnknown Cause = "unknown"
 )
 
 // Causes are the causes Effects accepts, sorted.
-var Causes = []Cause{CauseDriver, CauseECC, CauseFault, CauseLost, CauseUnknown, CauseXID}
+var Causes = []Cause{CauseDriver, CauseECC, CauseFabric, CauseFault, CauseLost, CauseUnknown, CauseXID}
 
 // EventType says what a source observed.
 type EventType string
@@ -141,6 +146,9 @@ func DefaultEffects() Effects {
 		// NoSchedule, not NoExecute: running containers keep the libraries they loaded and
 		// work on; only new ones would fail.
 		CauseDriver: resourceapi.DeviceTaintEffectNoSchedule,
+		// A fabric with degraded bandwidth still works, slower: running jobs are left to
+		// decide, new ones go elsewhere.
+		CauseFabric: resourceapi.DeviceTaintEffectNoSchedule,
 	}
 }
 
@@ -168,10 +176,14 @@ func ParseEffects(overrides map[string]string) (Effects, error) {
 		}
 	}
 	// Every hardware fault's taint off is how a cluster without device taints (DRADeviceTaints
-	// off) runs the plugin (docs/troubleshooting.md): the driver cause, newer than that advice,
-	// follows it unless named, or the plugin would refuse to run there.
-	if _, named := overrides[string(CauseDriver)]; !named && e[CauseXID] == "" && e[CauseECC] == "" && e[CauseLost] == "" && e[CauseFault] == "" {
-		delete(e, CauseDriver)
+	// off) runs the plugin (docs/troubleshooting.md): the driver and fabric causes, newer than
+	// that advice, follow it unless named, or the plugin would refuse to run there.
+	if e[CauseXID] == "" && e[CauseECC] == "" && e[CauseLost] == "" && e[CauseFault] == "" {
+		for _, c := range []Cause{CauseDriver, CauseFabric} {
+			if _, named := overrides[string(c)]; !named {
+				delete(e, c)
+			}
+		}
 	}
 	return e, nil
 }

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,15 +51,18 @@ func TestClassify(t *testing.T) {
 }
 
 // TestParseEffectsNoTaints: the documented way to run without device taints (every fault cause
-// None) also leaves the driver cause untainted, unless it is named.
+// None) also leaves the driver and fabric causes untainted, unless they are named.
 func TestParseEffectsNoTaints(t *testing.T) {
 	off := map[string]string{"xid": "None", "ecc": "None", "lost": "None", "fault": "None"}
 	if e, err := ParseEffects(off); err != nil || len(e) != 0 {
 		t.Errorf("every fault None: %v, %v; want no taint at all", e, err)
 	}
-	off["driver"] = "NoSchedule"
-	if e, err := ParseEffects(off); err != nil || len(e) != 1 || e[CauseDriver] != resourceapi.DeviceTaintEffectNoSchedule {
-		t.Errorf("every fault None but driver named: %v, %v; want only driver NoSchedule", e, err)
+	for _, c := range []Cause{CauseDriver, CauseFabric} {
+		named := maps.Clone(off)
+		named[string(c)] = "NoSchedule"
+		if e, err := ParseEffects(named); err != nil || len(e) != 1 || e[c] != resourceapi.DeviceTaintEffectNoSchedule {
+			t.Errorf("every fault None but %s named: %v, %v; want only %s NoSchedule", c, e, err, c)
+		}
 	}
 }
 
@@ -69,7 +73,7 @@ func TestParseEffects(t *testing.T) {
 	}
 	want := Effects{CauseLost: resourceapi.DeviceTaintEffectNoExecute, CauseECC: resourceapi.DeviceTaintEffectNoSchedule,
 		CauseFault: resourceapi.DeviceTaintEffectNoSchedule, CauseUnknown: resourceapi.DeviceTaintEffectNoSchedule,
-		CauseDriver: resourceapi.DeviceTaintEffectNoSchedule}
+		CauseDriver: resourceapi.DeviceTaintEffectNoSchedule, CauseFabric: resourceapi.DeviceTaintEffectNoSchedule}
 	if len(e) != len(want) {
 		t.Fatalf("effects = %v, want %v", e, want)
 	}
@@ -86,11 +90,11 @@ func TestParseEffects(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\nxid 94 none\necc reboot\n"))
+	got, err := ParseFaults([]byte("# comment\n\nxid 48\necc\n lost \nfault 0x80E01801\nxid 94 none\necc reboot\nfabric degraded-bw\nfabric route-unhealthy\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801", "xid 94 none", "ecc reboot"}
+	want := []string{"xid 48", "ecc", "lost", "fault 0x80E01801", "xid 94 none", "ecc reboot", "fabric degraded-bw", "fabric route-unhealthy"}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -102,7 +106,7 @@ func TestParseFaults(t *testing.T) {
 	if got[4].Action != "none" || got[4].Event() != (InjectedFault{Kind: FaultXID, Code: "94"}) {
 		t.Errorf("xid with action parsed as %+v", got[4])
 	}
-	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz", "xid 48 later", "lost reset", "fault 0x1 none", "xid 48 none extra"} {
+	for _, bad := range []string{"xid", "xid abc", "ecc 3", "boom", "fault zz", "xid 48 later", "lost reset", "fault 0x1 none", "xid 48 none extra", "fabric", "fabric slow", "fabric degraded-bw reset"} {
 		if _, err := ParseFaults([]byte(bad)); err == nil {
 			t.Errorf("ParseFaults(%q) succeeded", bad)
 		}

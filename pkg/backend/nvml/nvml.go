@@ -57,6 +57,8 @@ type Backend struct {
 	inited bool
 	// process and libraryPath are where NVML comes from (WithLibrary, library.go).
 	process, libraryPath string
+	// fabricInfo reads a GPU's fabric info with its health mask (WithFabricInfo, fabrichealth.go).
+	fabricInfo FabricInfoFunc
 }
 
 var _ device.Backend = (*Backend)(nil)
@@ -72,7 +74,7 @@ func WithStat(f StatFunc) Option { return func(b *Backend) { b.nodes.stat = f } 
 // published paths are always /dev/<name>, the container's view, with the host's path where it
 // differs (WithDriverRoot). NVML is initialised on the first Enumerate.
 func New(lib nvml.Interface, sysfs fs.ReadLinkFS, devRoot string, opts ...Option) *Backend {
-	b := &Backend{lib: lib, sysfs: sysfs, nodes: nodeFinder{devRoot: devRoot, stat: StatDevice}}
+	b := &Backend{lib: lib, sysfs: sysfs, nodes: nodeFinder{devRoot: devRoot, stat: StatDevice}, fabricInfo: LibraryFabricInfo}
 	for _, o := range opts {
 		o(b)
 	}

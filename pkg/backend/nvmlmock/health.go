@@ -65,6 +65,7 @@ type faults struct {
 // action field (noRecoveryAction), the driver answers NOT_SUPPORTED for it.
 func (s *Server) injectFaults(dir string, noRecoveryAction bool) {
 	f := &faults{dir: dir, byName: map[string]*mock.Device{}, delivered: map[string]map[health.InjectedFault]bool{}}
+	s.faults = f
 	for i, d := range s.Devices {
 		name := device.NameFor(device.KindGPU, s.profile.minor(i))
 		f.byName[name] = d
@@ -152,6 +153,20 @@ func (f *faults) has(name, kind string) bool {
 		}
 	}
 	return false
+}
+
+// fabricConditions are the fabric conditions injected for the GPU (FabricInfoV3).
+func (f *faults) fabricConditions(name string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refreshLocked()
+	var out []string
+	for _, x := range f.current[name] {
+		if x.Kind == health.FaultFabric {
+			out = append(out, x.Code)
+		}
+	}
+	return out
 }
 
 // recoveryAction is the GPU's recovery action while its faults stay: the most severe of their

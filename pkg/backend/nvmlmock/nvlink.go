@@ -2,10 +2,14 @@ package nvmlmock
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/accel-dra/accel-dra/pkg/device"
+	"github.com/accel-dra/accel-dra/pkg/health"
 )
 
 // NVLink and fabric of the mock machines: each GPU's links as NVML reports them, per link
@@ -25,8 +29,9 @@ import (
 //     HGX answers with state NOT_SUPPORTED; GPUs before Hopper answer NVML_ERROR_NOT_SUPPORTED.
 //
 // go-nvml's GetGpuFabricInfoV returns a handler bound to a real library device, which a mock
-// cannot make: the mock answers it NVML_ERROR_NOT_SUPPORTED through V1 only, and the fabric
-// health mask (v2+) is not modelled.
+// cannot make: the mock answers nvmlGpuFabricInfo_v3_t through Server.FabricInfoV3, which its
+// backend reads instead (nvmlbackend.WithFabricInfo). Its health mask has every field a GB200
+// reports: FALSE (healthy) unless a fault file's "fabric <condition>" line makes it TRUE.
 
 // nvlinkEnd is where one link of a GPU goes.
 type nvlinkEnd struct {
@@ -247,3 +252,61 @@ func (s *Server) NVLinkPeers() map[[2]string]bool {
 	}
 	return out
 }
+
+// FabricInfoV3 is nvmlDeviceGetGpuFabricInfoV with nvmlGpuFabricInfo_v3_t for one of the
+// machine's GPUs. A GPU with a fabric registration reports each field of the health mask
+// (NVML_GPU_FABRIC_HEALTH_MASK_*, docs.nvidia.com/deploy/nvml-api "Fabric definitions") as not
+// degraded, no recovery in progress, route healthy, configuration correct, unless an injected
+// "fabric <condition>" line says otherwise; its summary is HEALTHY, or UNHEALTHY with any
+// condition (the plugin reads the mask, not the summary). A Hopper HGX answers state and mask
+// NOT_SUPPORTED (every field 0), whatever is injected, as it has no fabric to report on; GPUs
+// before Hopper answer NVML_ERROR_NOT_SUPPORTED; a lost GPU answers GPU_IS_LOST.
+func (s *Server) FabricInfoV3(d nvml.Device) (nvml.GpuFabricInfo_v3, nvml.Return) {
+	i := s.indexOf(d)
+	if i < 0 {
+		return nvml.GpuFabricInfo_v3{}, nvml.ERROR_INVALID_ARGUMENT
+	}
+	name := device.NameFor(device.KindGPU, s.profile.minor(i))
+	if s.faults != nil && s.faults.has(name, health.FaultLost) {
+		return nvml.GpuFabricInfo_v3{}, nvml.ERROR_GPU_IS_LOST
+	}
+	g := s.profile.nvlink
+	switch {
+	case g != nil && g.fabric != nil:
+	case s.profile.gpus[i].model.arch >= nvml.DEVICE_ARCH_HOPPER:
+		return nvml.GpuFabricInfo_v3{Version: fabricInfoV3Version, State: nvml.GPU_FABRIC_STATE_NOT_SUPPORTED}, nvml.SUCCESS
+	default:
+		return nvml.GpuFabricInfo_v3{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	var injected []string
+	if s.faults != nil {
+		injected = s.faults.fabricConditions(name)
+	}
+	field := func(shift, width, trueValue, falseValue uint32, cond string) uint32 {
+		v := falseValue
+		if slices.Contains(injected, cond) {
+			v = trueValue
+		}
+		return (v & width) << shift
+	}
+	mask := field(nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW, nvml.GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW,
+		nvml.GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE, nvml.GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE, health.FabricDegradedBW) |
+		field(nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY, nvml.GPU_FABRIC_HEALTH_MASK_WIDTH_ROUTE_RECOVERY,
+			nvml.GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_TRUE, nvml.GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE, health.FabricRouteRecovery) |
+		field(nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY, nvml.GPU_FABRIC_HEALTH_MASK_WIDTH_ROUTE_UNHEALTHY,
+			nvml.GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE, nvml.GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE, health.FabricRouteUnhealthy) |
+		field(nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY, nvml.GPU_FABRIC_HEALTH_MASK_WIDTH_ACCESS_TIMEOUT_RECOVERY,
+			nvml.GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_TRUE, nvml.GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE, health.FabricAccessTimeoutRecovery) |
+		field(nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION, nvml.GPU_FABRIC_HEALTH_MASK_WIDTH_INCORRECT_CONFIGURATION,
+			nvml.GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INSUFFICIENT_NVLINKS, nvml.GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE, health.FabricIncorrectConfig)
+	summary := uint8(nvml.GPU_FABRIC_HEALTH_SUMMARY_HEALTHY)
+	if len(injected) > 0 {
+		summary = nvml.GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
+	}
+	f := g.fabric
+	return nvml.GpuFabricInfo_v3{Version: fabricInfoV3Version, ClusterUuid: f.clusterUUID, Status: uint32(f.status), CliqueId: f.cliqueID,
+		State: f.state, HealthMask: mask, HealthSummary: summary}, nvml.SUCCESS
+}
+
+// fabricInfoV3Version is what the library's caller sets, NVML_STRUCT_VERSION(GpuFabricInfo, 3).
+var fabricInfoV3Version = nvml.STRUCT_VERSION(nvml.GpuFabricInfo_v3{}, 3)

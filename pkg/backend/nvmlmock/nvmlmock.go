@@ -62,6 +62,8 @@ type Server struct {
 	moduleFile string
 
 	dev *devNodes
+	// faults are the injected faults (health.go), nil without a fault directory.
+	faults *faults
 }
 
 // NewServer builds the mock machine of a profile for a node.
@@ -116,7 +118,7 @@ func NewServer(profileName, nodeName string) (*Server, error) {
 // Backend returns the real NVML backend wired to this mock machine; opts (a test's own stat,
 // for one) apply after the mock's.
 func (s *Server) Backend(opts ...nvmlbackend.Option) *nvmlbackend.Backend {
-	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", append([]nvmlbackend.Option{nvmlbackend.WithStat(s.dev.stat), nvmlbackend.WithProc(s.ProcFS())}, opts...)...)
+	return nvmlbackend.New(s.Interface, s.SysFS, "/dev", append([]nvmlbackend.Option{nvmlbackend.WithStat(s.dev.stat), nvmlbackend.WithProc(s.ProcFS()), nvmlbackend.WithFabricInfo(s.FabricInfoV3)}, opts...)...)
 }
 
 // UseStateDir keeps the machine's MIG state in dir (see WithStateDir).
@@ -213,7 +215,7 @@ func New(profileName, nodeName string, opts ...Option) (device.Backend, error) {
 	}
 	var b *nvmlbackend.Backend
 	if o.host != nil {
-		b = nvmlbackend.New(s.Interface, s.SysFS, o.host.devRoot, append([]nvmlbackend.Option{nvmlbackend.WithStat(StatFile), nvmlbackend.WithProc(s.ProcFS()),
+		b = nvmlbackend.New(s.Interface, s.SysFS, o.host.devRoot, append([]nvmlbackend.Option{nvmlbackend.WithStat(StatFile), nvmlbackend.WithProc(s.ProcFS()), nvmlbackend.WithFabricInfo(s.FabricInfoV3),
 			nvmlbackend.WithDriverRoot(o.host.driverRoot, o.host.hostDriverRoot)}, backendOpts...)...)
 	} else {
 		b = s.Backend(backendOpts...)
