@@ -37,7 +37,11 @@ var _ health.Watcher = (*Backend)(nil)
 //   - at start, a GPU whose recovery action is none has no XID or ECC fault any more: one
 //     restored from before a restart was transient or has been recovered since;
 //   - a device whose queries answer GPU_IS_LOST is a fault of health.CauseLost, and recovers
-//     when it answers again (after a reset).
+//     when it answers again (after a reset);
+//   - a GPU whose NVLink fabric health mask (nvmlGpuFabricInfo_v3_t, GB200 and later) reports a
+//     condition (fabricFields) is a fault of health.CauseFabric, polled, with the conditions as
+//     its code; it recovers when the mask reports none. A GPU without a health mask (Hopper
+//     HGX, GPUs before Hopper) is never polled for it.
 func (b *Backend) HealthSource(devs []device.Device, cfg health.SourceConfig) health.Source {
 	if cfg.Classifier == nil {
 		cfg.Classifier = health.NewClassifier(nil)
@@ -75,6 +79,10 @@ type watched struct {
 	// lasting.
 	transient      *health.Event
 	transientUntil time.Time
+	// noFabric is a GPU without a fabric health mask; fabric is the code of the fabric fault
+	// last reported, "" for none, once fabricRead.
+	noFabric, fabricRead bool
+	fabric               string
 }
 
 // waitTimeout bounds one EventSetWait so that ctx and the poll are looked at regularly (the
@@ -119,6 +127,7 @@ func (s *healthSource) Run(ctx context.Context, emit func(health.Event)) error {
 			// A device that answers now is not lost, whatever a state from before a
 			// restart says.
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseLost})
+			s.checkFabric(ctx, w, emit)
 			// Nor does it have an XID or ECC fault if it asks for no recovery action: a
 			// fault restored from before the restart was transient, or the GPU has been
 			// reset since. One that still asks keeps its fault until the action is done.
@@ -305,6 +314,7 @@ func (s *healthSource) poll(ctx context.Context, all []*watched, emit func(healt
 			w.lost = false
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseLost})
 		}
+		s.checkFabric(ctx, w, emit)
 		if w.transient != nil && time.Now().After(w.transientUntil) {
 			// The tracker has cleared it; an action asked for from now on belongs to
 			// whatever comes next (the driver reports XID 154 when the action changes).
@@ -333,6 +343,35 @@ func (s *healthSource) poll(ctx context.Context, all []*watched, emit func(healt
 			w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseECC})
 		}
 	}
+}
+
+// checkFabric reports the GPU's fabric health when it changed, and on the first answer (a state
+// restored from before a restart may say otherwise; a GPU lost at start answers later). A GPU
+// without a health mask is not asked again; an error leaves what was reported.
+func (s *healthSource) checkFabric(ctx context.Context, w *watched, emit func(health.Event)) {
+	if w.noFabric {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	conds, mask, supported, ret := s.b.fabricHealth(w.handle)
+	switch {
+	case ret != nvml.SUCCESS:
+		logger.V(2).Info("Cannot read the GPU's fabric health", "devices", w.names, "ret", ret.Error())
+		return
+	case !supported:
+		w.noFabric = true
+		w.emit(emit, health.Event{Type: health.Recovered, Cause: health.CauseFabric})
+		return
+	}
+	ev := fabricEvent(conds, mask)
+	if w.fabricRead && ev.Code == w.fabric {
+		return
+	}
+	if ev.Code != w.fabric {
+		logger.Info("GPU fabric health changed", "devices", w.names, "conditions", conds, "healthMask", mask)
+	}
+	w.fabric, w.fabricRead = ev.Code, true
+	w.emit(emit, ev)
 }
 
 // recoveryAction reads FI_DEV_GET_GPU_RECOVERY_ACTION; false if the driver does not offer it.

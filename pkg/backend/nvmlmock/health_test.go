@@ -376,3 +376,88 @@ func TestHardwareEventsObservedOnce(t *testing.T) {
 		t.Errorf("observed %v, want each event once: %v", got, want)
 	}
 }
+
+// TestFabricHealth drives the real NVML health source through "fabric <condition>" lines: a GB200
+// whose fabric health mask reports a condition is unhealthy for the fabric cause, with the
+// condition as its code, and recovers when the mask clears; GPUs whose fabric has no health
+// mask (Hopper HGX: NOT_SUPPORTED fields; A100: no fabric info) never are, whatever is written.
+func TestFabricHealth(t *testing.T) {
+	type step struct {
+		// write is the fault file of gpu-1; "" removes it.
+		write string
+		// wantCode is gpu-1's fabric fault code; "" is healthy.
+		wantCode string
+	}
+	tests := map[string]struct {
+		profile string
+		steps   []step
+	}{
+		"gb200 degraded bandwidth, then route unhealthy too, then recovered": {profile: "gb200-4x", steps: []step{
+			{write: "fabric degraded-bw\n", wantCode: "degraded-bw"},
+			{write: "fabric degraded-bw\nfabric route-unhealthy\n", wantCode: "degraded-bw.route-unhealthy"},
+			{write: "fabric route-unhealthy\n", wantCode: "route-unhealthy"},
+			{write: ""},
+		}},
+		"gb200 recoveries in progress and incorrect configuration": {profile: "gb200-4x-rack2", steps: []step{
+			{write: "fabric route-recovery\n", wantCode: "route-recovery"},
+			{write: "fabric access-timeout-recovery\n", wantCode: "access-timeout-recovery"},
+			{write: "fabric incorrect-config\n", wantCode: "incorrect-config"},
+			{write: "# repaired\n"},
+		}},
+		"hopper HGX reports no fabric health": {profile: "h100-8x-nvswitch", steps: []step{
+			{write: "fabric degraded-bw\nfabric route-unhealthy\n"},
+		}},
+		"a100 has no fabric info": {profile: "a100-8x-nvswitch", steps: []step{
+			{write: "fabric route-unhealthy\n"},
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			be, inv := enumerated(t, tc.profile, WithFaultDir(dir))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			tr, done := healthtest.Watch(ctx, t, be.(health.Watcher).HealthSource(inv.Devices, health.SourceConfig{PollInterval: 50 * time.Millisecond}), inv.Devices)
+			defer func() { cancel(); <-done }()
+			for i, s := range tc.steps {
+				path := filepath.Join(dir, "gpu-1")
+				var err error
+				if s.write == "" {
+					err = os.Remove(path)
+				} else {
+					err = os.WriteFile(path, []byte(s.write), 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A fault must have time to show where none is wanted: the source polls
+				// every 50ms and the mock reads its files every 100ms.
+				settle := time.Now().Add(500 * time.Millisecond)
+				var got map[string]health.DeviceHealth
+				err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+					got = map[string]health.DeviceHealth{}
+					for _, h := range tr.Snapshot() {
+						got[h.Device] = h
+					}
+					for _, d := range inv.Devices {
+						h := got[d.Name]
+						if d.Name == "gpu-1" && s.wantCode != "" {
+							if h.State != health.Unhealthy || len(h.Conditions) != 1 || h.Conditions[0].Cause != health.CauseFabric ||
+								h.Conditions[0].Code != s.wantCode || !strings.Contains(h.Conditions[0].Message, "fabric") {
+								return false, nil
+							}
+							continue
+						}
+						if h.State != health.Healthy {
+							return false, nil
+						}
+					}
+					return time.Now().After(settle), nil
+				})
+				if err != nil {
+					t.Fatalf("step %d (gpu-1 %q): health %+v, want gpu-1 fabric fault %q and every other GPU healthy", i, s.write, got, s.wantCode)
+				}
+			}
+		})
+	}
+}
