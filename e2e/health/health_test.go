@@ -89,6 +89,9 @@ func TestDeviceHealth(t *testing.T) {
 	if !t.Run("LostGPUEvicts", e.testLost) {
 		return
 	}
+	if !t.Run("Fabric", e.testFabric) {
+		return
+	}
 	t.Run("Disabled", e.testDisabled)
 }
 
@@ -112,14 +115,7 @@ func (e *env) testDisabled(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(faults, "gpu-2"), []byte("xid 48\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unwatched"}, Spec: podSpec("any-gpu")}
-	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
-	if _, err := e.client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitForPodRunning(e.ctx, e.client, ns, "unwatched", 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	e.createPodOn(t, "unwatched", "any-gpu", other)
 	// Long enough for a watching plugin to have tainted gpu-2 many times over.
 	time.Sleep(5 * time.Second)
 	list, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + other})
@@ -389,9 +385,15 @@ func (e *env) recover(t *testing.T, dev string) {
 // waitTaint waits until dev has (or has not) a taint with key and returns it.
 func (e *env) waitTaint(t *testing.T, dev, key string, present bool) resourceapi.DeviceTaint {
 	t.Helper()
+	return e.waitTaintOn(t, nodeName, dev, key, present)
+}
+
+// waitTaintOn is waitTaint for a device of node.
+func (e *env) waitTaintOn(t *testing.T, node, dev, key string, present bool) resourceapi.DeviceTaint {
+	t.Helper()
 	var found *resourceapi.DeviceTaint
 	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + framework.GPUDriver})
+		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + framework.GPUDriver})
 		if err != nil {
 			return false, nil
 		}
@@ -452,6 +454,19 @@ func (e *env) createPod(t *testing.T, name, template string) {
 	}
 	if strings.HasPrefix(name, "waiter") {
 		return
+	}
+	if _, err := framework.WaitForPodRunning(e.ctx, e.client, ns, name, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createPodOn creates a pod of template on node and waits until it runs.
+func (e *env) createPodOn(t *testing.T, name, template, node string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: podSpec(template)}
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	if _, err := e.client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := framework.WaitForPodRunning(e.ctx, e.client, ns, name, 2*time.Minute); err != nil {
 		t.Fatal(err)
