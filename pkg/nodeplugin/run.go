@@ -200,7 +200,15 @@ func Run(ctx context.Context, o *Options) error {
 	defer stopEvents()
 	if inv.Kind == device.KindGPU {
 		checkRuntimeExposure(ctx, o.hostRoot(), events)
-		labelFabricClique(ctx, kube, o, inv, events)
+		// Beside the start-up, like the runtime check below: a slow or unreachable API server
+		// must not hold back registration (the label is for pod affinity; the devices carry
+		// their fabricClique either way). It ends before the events sink stops.
+		labelled := make(chan struct{})
+		defer func() { <-labelled }()
+		go func() {
+			defer close(labelled)
+			labelFabricClique(ctx, kube, o, inv, events)
+		}()
 	}
 	start.waitFor(ctx, "the container runtime to show whether it applies CDI devices (the CDI canary: a container created and removed through --runtime-endpoint)")
 	canaryAnswered, withhold := checkRuntimeCanary(ctx, o, events)
