@@ -241,6 +241,9 @@ func TestMockDriverVersionMismatch(t *testing.T) {
 	o := Options{Name: Mock, NodeName: "node-a", NVIDIADriverRoot: root, MockDir: state}
 	enumerate := func() (*device.Inventory, error) {
 		t.Helper()
+		// Each enumeration is a start of the plugin, a new process: a process keeps the first
+		// libnvidia-ml it loaded (nvmlmock.Exec).
+		nvmlmock.Exec(state)
 		be, err := New(ctx, o)
 		if err != nil {
 			return nil, err
