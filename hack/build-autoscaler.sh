@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the real Cluster Autoscaler (clusterapi provider) three ways from the pinned, unmodified
-# sources in third_party/cluster-autoscaler (see its README), caches the binaries by the hash of
-# everything they are built from, and prints the directory that holds them:
+# Builds the real Cluster Autoscaler (clusterapi provider) four ways from the pinned, unmodified
+# sources in third_party/cluster-autoscaler and third_party/cluster-autoscaler-1.36 (see their
+# READMEs), caches the binaries by the hash of everything they are built from, and prints the
+# directory that holds them:
 #
+#   cluster-autoscaler-released   a released autoscaler (the newest 1.36.x tag at hand) as tagged:
+#                                 what platform teams run today
 #   cluster-autoscaler-pinned     as pinned (synthetic template pool with resourceSliceCount 0)
 #   cluster-autoscaler-slicefix   with hack/autoscaler/slice-count-fix.patch: the merged,
 #                                 unreleased fix (upstream PR 10200, resourceSliceCount 1) only
@@ -17,13 +20,16 @@
 #                                      # --check, run the patched provider's unit tests and
 #                                      # fuzz its annotation decoder for $AUTOSCALER_FUZZTIME (20s)
 #
-# Sources: $AUTOSCALER_SRC (default third_party/cluster-autoscaler of this repository).
+# Sources: $AUTOSCALER_SRC (default third_party/cluster-autoscaler of this repository) and
+# $AUTOSCALER_RELEASED_SRC (default third_party/cluster-autoscaler-1.36).
 # Cache: $ACCEL_DRA_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 src=${AUTOSCALER_SRC:-$repo/third_party/cluster-autoscaler}
 src=$(cd "$src" && pwd)
+released_src=${AUTOSCALER_RELEASED_SRC:-$repo/third_party/cluster-autoscaler-1.36}
+released_src=$(cd "$released_src" && pwd)
 run_tests=false
 [ "${1:-}" = --test ] && run_tests=true
 
@@ -34,13 +40,14 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 key=$(
   {
     (cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+    (cd "$released_src" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
     (cd "$repo" && sha256sum hack/autoscaler/*.patch)
     go version
   } | sha256sum | cut -c1-16
 )
 cache=${ACCEL_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accel-dra}
 bindir="$cache/bin/cluster-autoscaler-$key"
-variants=(pinned slicefix accel-dra)
+variants=(released pinned slicefix accel-dra)
 
 complete() {
   for v in "${variants[@]}"; do [ -x "$bindir/cluster-autoscaler-$v" ] || return 1; done
@@ -77,6 +84,8 @@ prepare() {
 
 for v in "${variants[@]}"; do
   case $v in
+    # One module of its own (its apis module is replaced by ./apis), no patch.
+    released) cp -r "$released_src/autoscaler" "$work/$v" && chmod -R u+w "$work/$v" && cd "$work/$v" ;;
     pinned) prepare "$v" ;;
     slicefix) prepare "$v" slice-count-fix.patch ;;
     accel-dra) prepare "$v" slice-count-fix.patch accel-dra-template.patch ;;

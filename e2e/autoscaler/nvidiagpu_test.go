@@ -27,7 +27,7 @@ const nvidiaGPU corev1.ResourceName = "nvidia.com/gpu"
 var nvidiaCases = []claimCase{
 	{name: "nvidia-gpu", extendedResource: nvidiaGPU, count: 1, scales: map[string]string{"slicefix": "h100", "accel-dra": "h100"}},
 	{name: "nvidia-gpu-type", extendedResource: nvidiaGPU, count: 1, annotations: map[string]string{nodegroup.CapacityPrefix + "gpu-type": string(nvidiaGPU)},
-		scales: map[string]string{"pinned": "h100", "slicefix": "h100", "accel-dra": "h100"}},
+		scales: map[string]string{"released": "h100", "pinned": "h100", "slicefix": "h100", "accel-dra": "h100"}},
 }
 
 // TestAutoscalerNvidiaGPU: pods that ask for nvidia.com/gpu (the GPU class's extendedResourceName)
