@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -198,27 +199,19 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	events, stopEvents := nodeEvents(ctx, kube, o.NodeName, o.DriverName, o.EventsNamespace)
 	defer stopEvents()
+	// Work beside the start-up, not in it: a slow or unreachable API server must not hold the
+	// plugin back (the start-up waits for it only where /healthz says so), and this work only
+	// labels or warns. It ends before the events sink stops.
+	var beside sync.WaitGroup
+	defer beside.Wait()
 	if inv.Kind == device.KindGPU {
 		checkRuntimeExposure(ctx, o.hostRoot(), events)
-		// Beside the start-up, like the runtime check below: a slow or unreachable API server
-		// must not hold back registration (the label is for pod affinity; the devices carry
-		// their fabricClique either way). It ends before the events sink stops.
-		labelled := make(chan struct{})
-		defer func() { <-labelled }()
-		go func() {
-			defer close(labelled)
-			labelFabricClique(ctx, kube, o, inv, events)
-		}()
+		// The label is for pod affinity; the devices carry their fabricClique either way.
+		beside.Go(func() { labelFabricClique(ctx, kube, o, inv, events) })
 	}
 	start.waitFor(ctx, "the container runtime to show whether it applies CDI devices (the CDI canary: a container created and removed through --runtime-endpoint)")
 	canaryAnswered, withhold := checkRuntimeCanary(ctx, o, events)
-	// Beside the start-up, not in it: a slow API server must not hold the plugin back (the
-	// start-up waits for it only where /healthz says so), and the check only warns. It ends
-	// before the events sink stops.
-	runtimeChecked := make(chan struct{})
-	defer func() { <-runtimeChecked }()
-	go func() {
-		defer close(runtimeChecked)
+	beside.Go(func() {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if canaryAnswered {
@@ -229,7 +222,7 @@ func Run(ctx context.Context, o *Options) error {
 		} else {
 			logger.Error(err, "Cannot read the Node's container runtime version; not checking whether it injects CDI devices")
 		}
-	}()
+	})
 
 	var mps *sharing.MPS
 	var slicer sharing.TimeSlicer
