@@ -62,6 +62,17 @@ func (e *env) testMPSShares(ctx context.Context, t *testing.T, ctl string, slice
 			t.Fatalf("%v\n%s", err, framework.DescribePod(ctx, e.client, ns, "p-"+s.name))
 		}
 	}
+	// The three prepares came at once: the second and third waited for the daemon the first
+	// started, rather than fail into the kubelet's back-off (a minute and more).
+	for _, s := range shares {
+		evs, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=p-" + s.name + ",reason=FailedPrepareDynamicResources"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs.Items {
+			t.Errorf("pod p-%s: the kubelet's prepare failed (%d times): %s", s.name, ev.Count, ev.Message)
+		}
+	}
 	pid := daemonPID(t, mps, uuid1)
 	if !running(t, mps, uuid1) {
 		t.Fatalf("no MPS daemon for GPU %s with three MPS shares prepared", uuid1)

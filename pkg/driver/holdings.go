@@ -39,6 +39,10 @@ type holdings struct {
 	// inflight are the claims whose two-phase (dynamic-MIG) preparation this instance is at,
 	// so that their PrepareStarted records are not taken for abandoned ones. Node lock.
 	inflight map[types.UID]bool
+	// settled is closed, and replaced, each time this instance leaves a two-phase preparation
+	// (preparing off), whether it completed or was undone: a prepare waiting for another's
+	// (startingError) tries again then. Node lock.
+	settled chan struct{}
 }
 
 func newHoldings(n *node) *holdings {
@@ -49,6 +53,7 @@ func newHoldings(n *node) *holdings {
 		shares:   map[string]map[types.UID]bool{},
 		opaque:   map[types.UID]bool{},
 		inflight: map[types.UID]bool{},
+		settled:  make(chan struct{}),
 	}
 }
 
@@ -398,11 +403,20 @@ func (h *holdings) abandoned(l *checkpoint.Locked, c *checkpoint.Claim) bool {
 // preparing marks (on) or unmarks the claim uid as one whose two-phase preparation this
 // instance is at.
 func (h *holdings) preparing(_ *checkpoint.Locked, uid types.UID, on bool) {
-	if on {
+	switch {
+	case on:
 		h.inflight[uid] = true
-	} else {
+	case h.inflight[uid]:
 		delete(h.inflight, uid)
+		close(h.settled)
+		h.settled = make(chan struct{})
 	}
+}
+
+// settledAfter is closed when this instance next leaves a two-phase preparation (preparing).
+// Taken under the node lock, it misses none that ends after what the caller saw.
+func (h *holdings) settledAfter(_ *checkpoint.Locked) <-chan struct{} {
+	return h.settled
 }
 
 // errUnprepared is commit's answer for a two-phase prepare whose record was unprepared or

@@ -686,34 +686,116 @@ func TestMPSUnpreparedWhileStarting(t *testing.T) {
 }
 
 // TestMPSShareWaitsForStartingDaemon: while the first MPS share of a GPU starts the GPU's daemon
-// without the lock, a second share of that GPU is refused with the reason (the GPU has one
-// daemon and one starter) and the kubelet's retry prepares it once the daemon is ready.
+// without the lock, a second share of that GPU waits for it (the GPU has one daemon and one
+// starter) instead of failing into the kubelet's back-off, and is prepared in the same call once
+// the daemon is ready, by that daemon; a share whose call ends while it waits is refused with the
+// reason and leaves no record.
 func TestMPSShareWaitsForStartingDaemon(t *testing.T) {
 	e, m, _ := mpsEnv(t)
 	slow := slowStart(m)
 	u0 := e.inv.Devices[0].UUID
 	s1 := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
 	s2 := mpsShare("s2", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
-	e.exist(s1, s2)
-	done := make(chan error, 1)
-	go func() { done <- prepareOn(e.ctx, e.drv, s1) }()
+	s3 := mpsShare("s3", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	e.exist(s1, s2, s3)
+	waiting := awaitingDaemon(e.drv)
+	done1 := make(chan error, 1)
+	go func() { done1 <- prepareOn(e.ctx, e.drv, s1) }()
 	<-slow.starting
-	if err := prepareOn(e.ctx, e.drv, s2); err == nil || !strings.Contains(err.Error(), "starting the GPU's MPS control daemon; try again") {
-		t.Fatalf("second share while the GPU's daemon starts: %v, want refused until it is ready", err)
+
+	// The kubelet gives up on s3's call while it waits.
+	ctx3, cancel3 := context.WithCancel(e.ctx)
+	done3 := make(chan error, 1)
+	go func() { done3 <- prepareOn(ctx3, e.drv, s3) }()
+	select {
+	case <-waiting:
+	case err := <-done3:
+		t.Fatalf("share of a GPU whose daemon another share is starting answered without waiting for it: %v", err)
 	}
-	if exists(e.recordPath("s2")) {
+	cancel3()
+	if err := <-done3; err == nil || !strings.Contains(err.Error(), "whose preparation is starting the GPU's MPS control daemon; gave up waiting for it") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("share whose call ended while the GPU's daemon started: %v, want refused with the reason", err)
+	}
+	if exists(e.recordPath("s3")) {
 		t.Error("the refused share left a record")
 	}
+	select {
+	case <-waiting: // s3 looked again before it saw the cancellation
+	default:
+	}
+
+	done2 := make(chan error, 1)
+	go func() { done2 <- prepareOn(e.ctx, e.drv, s2) }()
+	select {
+	case <-waiting:
+	case err := <-done2:
+		t.Fatalf("second share answered while the GPU's daemon was still starting: %v", err)
+	}
 	close(slow.release)
-	if err := <-done; err != nil {
+	if err := <-done1; err != nil {
 		t.Fatal(err)
 	}
-	if err := prepareOn(e.ctx, e.drv, s2); err != nil {
-		t.Fatalf("retry once the daemon is ready: %v", err)
+	if err := <-done2; err != nil {
+		t.Fatalf("second share, once the daemon it waited for was ready: %v", err)
+	}
+	if !exists(e.recordPath("s2")) || !exists(e.specPath("s2")) {
+		t.Error("second share prepared without its record or spec")
+	}
+	if n := len(slow.starting); n != 0 {
+		t.Errorf("%d more daemon starts for the GPU's second share, want the first share's daemon", n)
 	}
 	if !mpsRunning(t, m, u0) {
 		t.Error("no GPU daemon after both shares")
 	}
+}
+
+// TestMPSShareWaitsForOtherInstance: during a rolling update the first share's daemon is started
+// by one instance and the second share goes to the other, which hears nothing of the first's
+// progress: it looks again until the first share is prepared, then shares its daemon.
+func TestMPSShareWaitsForOtherInstance(t *testing.T) {
+	e, m, _ := mpsEnv(t)
+	slow := slowStart(m)
+	b, _ := e.second(e.inv)
+	u0 := e.inv.Devices[0].UUID
+	s1 := mpsShare("s1", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	s2 := mpsShare("s2", "gpu-0", "20Gi", `{"strategy":"MPS"}`)
+	e.exist(s1, s2)
+	waiting := awaitingDaemon(b)
+	done1 := make(chan error, 1)
+	go func() { done1 <- prepareOn(e.ctx, e.drv, s1) }()
+	<-slow.starting
+	done2 := make(chan error, 1)
+	go func() { done2 <- prepareOn(e.ctx, b, s2) }()
+	select {
+	case <-waiting:
+	case err := <-done2:
+		t.Fatalf("share on the other instance answered while the GPU's daemon was still starting: %v", err)
+	}
+	close(slow.release)
+	if err := <-done1; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done2; err != nil {
+		t.Fatalf("share on the other instance, once the daemon was ready: %v", err)
+	}
+	if n := len(slow.starting); n != 0 || !mpsRunning(t, m, u0) {
+		t.Errorf("%d more daemon starts (want 0), GPU daemon running %v (want true)", n, mpsRunning(t, m, u0))
+	}
+}
+
+// awaitingDaemon signals each time a prepare of d starts waiting for a GPU's MPS daemon that
+// another claim's preparation starts (at most one signal pending).
+func awaitingDaemon(d *Driver) chan struct{} {
+	waiting := make(chan struct{}, 1)
+	d.prep.hook = func(_ context.Context, point string) {
+		if point == "prepare:awaiting-daemon" {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return waiting
 }
 
 // TestMPSCrashWhileStarting: the plugin goes (its instance ends) while an MPS claim's daemon

@@ -86,6 +86,35 @@ type inTheWay struct {
 	err   error // the refusal, if the claim is alive
 }
 
+// startingError refuses a claim for now: a live two-phase preparation of another claim is
+// starting what the claim needs (the GPU's MPS daemon). The prepare waits for it (wait) and
+// tries again.
+type startingError struct {
+	msg string
+	// settled is closed when a two-phase preparation of this instance settles; one of the
+	// other instance of a rolling update is not heard of, and is polled for.
+	settled <-chan struct{}
+}
+
+func (e *startingError) Error() string { return e.msg + "; try again when it is done" }
+
+// startingPoll is how often a prepare waiting for a preparation it hears nothing of (the other
+// instance's) looks again.
+const startingPoll = time.Second
+
+// wait returns when the awaited preparation may have settled, or ctx's cause once ctx ends.
+func (e *startingError) wait(ctx context.Context) error {
+	t := time.NewTimer(startingPoll)
+	defer t.Stop()
+	select {
+	case <-e.settled:
+	case <-t.C:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
 // phase is a phase of the preparation in which steps run.
 type phase int
 
@@ -190,6 +219,24 @@ func (p *preparer) prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 
 	p.at(ctx, "prepare:unlocked")
 	answer, err := p.hold(ctx, rec, st, spec, edits, twoPhase, start)
+	for waited := time.Duration(0); ; {
+		var starting *startingError
+		if !errors.As(err, &starting) {
+			break
+		}
+		// The GPU has one MPS daemon and one starter: this share waits for it without the
+		// lock, as long as the kubelet waits for this call, rather than fail and be retried
+		// after the kubelet's back-off (a minute and more for the third pod of a GPU).
+		klog.FromContext(ctx).V(2).Info("Waiting for the GPU's MPS control daemon that another claim's preparation is starting", "claim", klog.KObj(claim), "reason", starting.msg)
+		p.at(ctx, "prepare:awaiting-daemon")
+		t0 := time.Now()
+		werr := starting.wait(ctx)
+		waited += time.Since(t0)
+		if werr != nil {
+			return nil, fmt.Errorf("%s; gave up waiting for it after %s: %w", starting.msg, waited.Round(time.Millisecond), werr)
+		}
+		answer, err = p.hold(ctx, rec, st, spec, edits, twoPhase, start)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -446,8 +446,8 @@ func sharingKey(s *checkpoint.Sharing) string {
 // sharing strategy or time-slice: both are set on the whole GPU, so one of the two claims would
 // not get what it asked for. An MPS share whose GPU's daemon another share is starting (its
 // record PrepareStarted, start) waits for it: that claim is in the way, rolled back if it was
-// abandoned. Called with the node lock held.
-func (sh *sharingStep) reserve(_ *checkpoint.Locked, ref string, rec *checkpoint.Claim, _ *standing) ([]inTheWay, error) {
+// abandoned, else awaited (startingError). Called with the node lock held.
+func (sh *sharingStep) reserve(l *checkpoint.Locked, ref string, rec *checkpoint.Claim, _ *standing) ([]inTheWay, error) {
 	mine := sharingKey(rec.Sharing)
 	var inWay []inTheWay
 	for i := range rec.Devices {
@@ -457,7 +457,10 @@ func (sh *sharingStep) reserve(_ *checkpoint.Locked, ref string, rec *checkpoint
 		}
 		for _, oc := range sh.held.sharers(pd, types.UID(rec.UID)) {
 			if isMPS(rec) && isMPS(oc) && oc.State == checkpoint.StatePrepareStarted && !stdslices.ContainsFunc(inWay, func(w inTheWay) bool { return w.claim.UID == oc.UID }) {
-				inWay = append(inWay, inTheWay{claim: oc, err: fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), whose preparation is starting the GPU's MPS control daemon; try again when it is done", ref, pd.Device, oc.Namespace, oc.Name, oc.UID)})
+				inWay = append(inWay, inTheWay{claim: oc, err: &startingError{
+					msg:     fmt.Sprintf("claim %s: device %s is shared with claim %s/%s (%s), whose preparation is starting the GPU's MPS control daemon", ref, pd.Device, oc.Namespace, oc.Name, oc.UID),
+					settled: sh.held.settledAfter(l),
+				}})
 			}
 			if theirs := sharingKey(oc.Sharing); theirs != mine {
 				return nil, fmt.Errorf("claim %s: device %s is shared with claim %s/%s (%s), which uses sharing %s; claim %s asks for sharing %s, and a GPU has one setting for all its claims",
