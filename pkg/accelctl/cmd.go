@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -272,13 +273,14 @@ func newSimulateCommand(o *rootOptions, streams IOStreams) *cobra.Command {
 	var group, file, classesFile, annotationsFile string
 	output, verdict := Output{Format: "text"}, "template"
 	timeout := DefaultTimeout
+	gates := NewFeatureGates()
 	cmd := &cobra.Command{
 		Use:   "simulate --node-group GROUP -f CLAIMS",
 		Short: "Would a new node of a group satisfy these ResourceClaims?",
 		Long: `Runs the scheduler's DRA allocator (k8s.io/dynamic-resource-allocation/structured, with
-kube-scheduler 1.37's default features) for the claims of a file on a fresh node of the group:
-with the devices of the group's accel-dra template (what an autoscaler with accel-dra's
-clusterapi patch reads), with the devices the Cluster Autoscaler's clusterapi provider invents
+the features of kube-scheduler 1.37 with its default gates or --feature-gates) for the claims of
+a file on a fresh node of the group: with the devices of the group's accel-dra template (what an
+autoscaler with accel-dra's clusterapi patch reads), with the devices the Cluster Autoscaler's clusterapi provider invents
 from capacity.cluster-autoscaler.kubernetes.io/dra-driver and gpu-count (with the merged
 slice-count fix), and with those devices as released providers announce them (resourceSliceCount
 0: nothing fits).
@@ -287,6 +289,13 @@ The file holds ResourceClaims and ResourceClaimTemplates (all must fit together 
 for one pod), or one Pod with the claims and templates it references. DeviceClasses come from
 the cluster, from --device-classes, and from the file itself. --annotations reads the group's
 annotations from a file (a MachineDeployment, or a map) instead of the cluster.
+
+--feature-gates takes the gates of the cluster's kube-scheduler that change its DRA allocator,
+with the scheduler's syntax and 1.37 defaults (the alpha DRAListTypeAttributes, for example,
+which a constraint on the nvlinkCliques list attribute needs):
+  --feature-gates=DRAListTypeAttributes=true,DRADeviceTaints=false
+An unknown gate, a value that is not true or false, or a gate locked to its default in 1.37
+set the other way is refused, as kube-scheduler refuses it.
 
 Each allocation is bounded by --timeout, as kube-scheduler bounds its DRA filter (10s by
 default): a search that takes longer is reported UNDECIDED, which is what the scheduler and the
@@ -302,7 +311,7 @@ or builtin (the autoscaler's built-in template with the slice-count fix):
 The report is printed in every case but 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output, verdict, timeout)
+			return runSimulate(cmd.Context(), o, streams, group, file, classesFile, annotationsFile, output, verdict, timeout, gates.Features())
 		},
 	}
 	cmd.Flags().StringVar(&group, "node-group", "", "Node group: <name>, machinedeployment/<name>, machineset/<name> or machinepool/<name>.")
@@ -312,11 +321,12 @@ The report is printed in every case but 1.`,
 	addOutputFlags(cmd.Flags(), &output, "Output format: text, json, yaml, jsonpath=... or go-template=... (the latter two applied to the report -o json prints).")
 	cmd.Flags().StringVar(&verdict, "verdict", verdict, "Verdict that decides the exit code: template or builtin.")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "Bound of each allocation (kube-scheduler's DRA filter timeout); past it the verdict is UNDECIDED.")
+	gates.AddFlag(cmd.Flags())
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
 
-func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile string, output Output, verdict string, timeout time.Duration) error {
+func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, file, classesFile, annotationsFile string, output Output, verdict string, timeout time.Duration, features structured.Features) error {
 	if err := checkOutput(output, "text", "json", "yaml"); err != nil {
 		return err
 	}
@@ -347,7 +357,7 @@ func runSimulate(ctx context.Context, o *rootOptions, streams IOStreams, group, 
 			return err
 		}
 	}
-	in := SimulateInput{Claims: claims, Timeout: timeout}
+	in := SimulateInput{Claims: claims, Timeout: timeout, Features: &features}
 	if len(objs.Pods) == 1 {
 		in.Pod = objs.Pods[0]
 	}

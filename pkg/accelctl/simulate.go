@@ -29,20 +29,6 @@ import (
 // is expected to have.
 const TemplateNodeName = "template-node"
 
-// Features are the allocator features of kube-scheduler 1.37 with its default feature gates
-// (DRAPrioritizedList, DRAAdminAccess, DRADeviceTaints, DRAPartitionableDevices,
-// DRAConsumableCapacity, DRADeviceBindingConditions with DRAResourceClaimDeviceStatus,
-// DRAFractionalCapacityRange on; the alpha ones off).
-var Features = structured.Features{
-	AdminAccess:             true,
-	ConsumableCapacity:      true,
-	DeviceBindingAndStatus:  true,
-	DeviceTaints:            true,
-	FractionalCapacityRange: true,
-	PartitionableDevices:    true,
-	PrioritizedList:         true,
-}
-
 // SimulateInput is what Simulate needs.
 type SimulateInput struct {
 	// Group names the node group in the report.
@@ -59,6 +45,10 @@ type SimulateInput struct {
 	// Timeout bounds each verdict's allocation, as the scheduler's DRA filter is bounded
 	// (DynamicResourcesArgs.filterTimeout); zero means DefaultTimeout.
 	Timeout time.Duration
+	// Features are the allocator features of the scheduler to model (FeatureGates.Features
+	// turns its --feature-gates into them); nil means DefaultFeatures, kube-scheduler 1.37
+	// with its default gates.
+	Features *structured.Features
 }
 
 // DefaultTimeout is kube-scheduler 1.37's default DRA filter timeout: past it the scheduler
@@ -120,6 +110,10 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	features := DefaultFeatures()
+	if in.Features != nil {
+		features = *in.Features
+	}
 	node, err := nodegroup.TemplateNode(TemplateNodeName, in.Annotations)
 	if err != nil {
 		return nil, fmt.Errorf("node group %s: %w", in.Group, err)
@@ -138,7 +132,7 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		}
 		rep.Template.Available = true
 		rep.Template.Description = describe(slices)
-		if err := allocate(ctx, timeout, &rep.Template, node, slices, in.Classes, in.Claims); err != nil {
+		if err := allocate(ctx, features, timeout, &rep.Template, node, slices, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
 	}
@@ -153,7 +147,7 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		rep.Builtin.Available = true
 		rep.Builtin.Description = fmt.Sprintf("dra-driver=%s gpu-count=%s: devices with only type=\"gpu\"; ",
 			in.Annotations[nodegroup.DRADriverKey], in.Annotations[nodegroup.GPUCountKey]) + describe(builtin)
-		if err := allocate(ctx, timeout, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
+		if err := allocate(ctx, features, timeout, &rep.Builtin, node, builtin, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
 		pinned := make([]*resourceapi.ResourceSlice, len(builtin))
@@ -163,7 +157,7 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 		}
 		rep.Pinned.Available = true
 		rep.Pinned.Description = "the same devices in a pool with resourceSliceCount 0 (provider without the slice-count fix)"
-		if err := allocate(ctx, timeout, &rep.Pinned, node, pinned, in.Classes, in.Claims); err != nil {
+		if err := allocate(ctx, features, timeout, &rep.Pinned, node, pinned, in.Classes, in.Claims); err != nil {
 			return nil, err
 		}
 	}
@@ -199,7 +193,7 @@ func describe(slices []*resourceapi.ResourceSlice) string {
 	return strings.Join(parts, ", ")
 }
 
-func allocate(ctx context.Context, timeout time.Duration, v *Verdict, node *corev1.Node, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, claims []*resourceapi.ResourceClaim) error {
+func allocate(ctx context.Context, features structured.Features, timeout time.Duration, v *Verdict, node *corev1.Node, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, claims []*resourceapi.ResourceClaim) error {
 	// The scheduler refuses a claim whose class does not exist before it allocates; so do we,
 	// with its words.
 	lister := classLister(classes)
@@ -225,8 +219,8 @@ func allocate(ctx context.Context, timeout time.Duration, v *Verdict, node *core
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	cache := cel.NewCache(100, cel.Features{EnableConsumableCapacity: Features.ConsumableCapacity, EnableListTypeAttributes: Features.ListTypeAttributes})
-	a, err := structured.NewAllocator(ctx, Features, state, lister, slices, cache)
+	cache := cel.NewCache(100, cel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
+	a, err := structured.NewAllocator(ctx, features, state, lister, slices, cache)
 	if err != nil {
 		return fmt.Errorf("creating the allocator: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/accel-dra/accel-dra/pkg/slices/slicestest"
 	"github.com/accel-dra/accel-dra/pkg/template"
@@ -24,23 +25,26 @@ var topologyClaims = []string{"topology-4-connected", "topology-bridge-pair", "t
 // that real node, with the same devices, for every constrained claim of docs/examples; and
 // both follow the machine's wiring (want). The plugin publishes nvlinkCliques only where the
 // API server keeps list values, and kube-scheduler 1.37 matches on them only with
-// DRAListTypeAttributes, which Simulate's Features (the default gates) leave off: so with the
-// default gates the pairwise-list claim fits nowhere, on the template or on the node, and
-// with the gate (lists) on the cube mesh and NVSwitch nodes.
+// DRAListTypeAttributes, which the default gates leave off: so with the default gates the
+// pairwise-list claim fits nowhere, on the template or on the node, and with the gate (lists,
+// given to Simulate and the node's allocator as --feature-gates would) on the cube mesh and
+// NVSwitch nodes.
 func TestTopologyAgreement(t *testing.T) {
 	for _, lists := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lists=%v", lists), func(t *testing.T) {
+			features := DefaultFeatures()
 			if lists {
-				saved := Features
-				Features.ListTypeAttributes = true
-				t.Cleanup(func() { Features = saved })
+				var err error
+				if features, err = ParseFeatureGates("DRAListTypeAttributes=true"); err != nil {
+					t.Fatal(err)
+				}
 			}
-			topologyAgreement(t, lists)
+			topologyAgreement(t, lists, features)
 		})
 	}
 }
 
-func topologyAgreement(t *testing.T, lists bool) {
+func topologyAgreement(t *testing.T, lists bool, features structured.Features) {
 	for _, tc := range []struct {
 		profile string
 		// want says which claims fit an empty node of the profile.
@@ -88,10 +92,10 @@ func topologyAgreement(t *testing.T, lists bool) {
 						t.Fatal(err)
 					}
 					var sched Verdict
-					if err := allocate(context.Background(), DefaultTimeout, &sched, node, realPtrs, []*resourceapi.DeviceClass{gpuClass()}, claims); err != nil {
+					if err := allocate(context.Background(), features, DefaultTimeout, &sched, node, realPtrs, []*resourceapi.DeviceClass{gpuClass()}, claims); err != nil {
 						t.Fatal(err)
 					}
-					rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: ann, Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims})
+					rep, err := Simulate(context.Background(), SimulateInput{Group: "g", Annotations: ann, Classes: []*resourceapi.DeviceClass{gpuClass()}, Claims: claims, Features: &features})
 					if err != nil {
 						t.Fatal(err)
 					}
