@@ -110,9 +110,11 @@ func Simulate(ctx context.Context, in SimulateInput) (*Report, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	features := DefaultFeatures()
+	var features structured.Features
 	if in.Features != nil {
 		features = *in.Features
+	} else {
+		features = DefaultFeatures()
 	}
 	node, err := nodegroup.TemplateNode(TemplateNodeName, in.Annotations)
 	if err != nil {
